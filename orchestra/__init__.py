@@ -1,0 +1,93 @@
+"""Orchestra: run LLM agents as governed trees.
+
+Every run has limits (turns, USD, deadline) carved from its parent's, spend
+that rolls up the tree as it happens, a budget enforced before each model
+call, one cancel scope per run, and exactly one exit, as data.
+"""
+
+from ._agent import Agent, ToolPolicy, detailed_errors, generic_errors
+from ._budget import MIN_COMPLETION, Margin
+from ._catalog import catalog
+from ._events import Event, EventSink, JsonlSink, fanout
+from ._exceptions import (
+    ConfigError,
+    LeaseError,
+    OrchestraError,
+    PermanentToolError,
+    ProviderError,
+    ProviderHTTPError,
+    ProviderReplyError,
+    RunNotFound,
+    SchemaVersionError,
+    StateError,
+    TokenizerError,
+    ToolError,
+)
+from ._money import Price, PriceTable
+from ._provider import ChatReply, ChatRequest, OpenAIProvider, Provider
+from ._result import RunResult
+from ._runner import Runner
+from ._serde import state_from_dict, state_from_json, state_to_dict, state_to_json
+from ._state import (
+    Approval,
+    Interruption,
+    InterruptionKind,
+    LimitRaise,
+    Limits,
+    RunState,
+    Status,
+    Usage,
+)
+from ._store import MemoryStore, Store
+from ._tools import Tool, ToolContext, tool
+
+__all__ = [
+    "MIN_COMPLETION",
+    "Agent",
+    "Approval",
+    "ChatReply",
+    "ChatRequest",
+    "ConfigError",
+    "Event",
+    "EventSink",
+    "Interruption",
+    "InterruptionKind",
+    "JsonlSink",
+    "LeaseError",
+    "LimitRaise",
+    "Limits",
+    "Margin",
+    "MemoryStore",
+    "OpenAIProvider",
+    "OrchestraError",
+    "PermanentToolError",
+    "Price",
+    "PriceTable",
+    "Provider",
+    "ProviderError",
+    "ProviderHTTPError",
+    "ProviderReplyError",
+    "RunNotFound",
+    "RunResult",
+    "RunState",
+    "Runner",
+    "SchemaVersionError",
+    "StateError",
+    "Status",
+    "Store",
+    "TokenizerError",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolPolicy",
+    "Usage",
+    "catalog",
+    "detailed_errors",
+    "fanout",
+    "generic_errors",
+    "state_from_dict",
+    "state_from_json",
+    "state_to_dict",
+    "state_to_json",
+    "tool",
+]

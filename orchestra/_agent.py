@@ -1,0 +1,109 @@
+"""Agents: a model, instructions, tools and default limits, as one value."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from ._exceptions import ConfigError, PermanentToolError
+from ._state import Limits
+from ._tools import Tool, ToolContext
+
+__all__ = ["Agent", "ToolPolicy", "detailed_errors", "generic_errors"]
+
+ErrorText = Callable[[str, BaseException], str]
+"""How a tool failure is worded for the model: ``(tool_name, exception) -> text``."""
+
+
+def detailed_errors(tool_name: str, exc: BaseException) -> str:
+    """The default wording: ``Error: <message>`` (the model can act on it)."""
+    return f"Error: {exc}"
+
+
+def generic_errors(tool_name: str, exc: BaseException) -> str:
+    """A wording that hides the cause: the model can only give up or guess."""
+    return "Error: something failed."
+
+
+DEFAULT_REJECTION = "The user declined this call; nothing was done."
+
+
+@attrs.frozen(kw_only=True)
+class ToolPolicy:
+    """What the loop does around tool calls.
+
+    Attributes:
+        error_text: wording of a failed tool's result.
+        fatal_errors: any tool error ends the run ``failed``.
+        dedupe: answer a read-only call identical to an earlier one from the transcript.
+        permanent_errors: exception types the model cannot fix; the run stops ``failed``.
+        rejection_text: the tool result of a rejected call given no reason.
+    """
+
+    error_text: ErrorText = detailed_errors
+    fatal_errors: bool = False
+    dedupe: bool = False
+    permanent_errors: tuple[type[BaseException], ...] = (PermanentToolError, PermissionError)
+    rejection_text: str = DEFAULT_REJECTION
+
+
+@attrs.frozen(kw_only=True)
+class Agent:
+    """A model with instructions, tools and default limits.
+
+    ``max_tokens`` is the most a reply may use; the budget gate lowers it
+    further when the remaining budget cannot pay for it.
+    """
+
+    name: str
+    model: str
+    instructions: str = ""
+    tools: tuple[Tool, ...] = attrs.field(default=(), converter=tuple)
+    limits: Limits = Limits()
+    policy: ToolPolicy = ToolPolicy()
+    max_tokens: int = 1024
+
+    def __attrs_post_init__(self) -> None:
+        names = [t.name for t in self.tools]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"agent {self.name}: duplicate tool names in {names}")
+        if self.max_tokens < 1:
+            raise ConfigError(f"agent {self.name}: max_tokens must be >= 1")
+
+    def tool(self, name: str) -> Tool | None:
+        """The tool called ``name``, if the agent has it."""
+        return next((t for t in self.tools if t.name == name), None)
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """The tools as declared in a request."""
+        return [t.spec() for t in self.tools]
+
+    def as_tool(
+        self, *, name: str | None = None, description: str | None = None, limits: Limits | None = None
+    ) -> Tool:
+        """This agent as a tool: each call runs a child run on the question.
+
+        The child gets its own transcript and ``limits`` (default: the agent's),
+        carved from what the calling run has left; its answer, or a sentence
+        saying why it stopped, is the tool result.
+        """
+        child_limits = limits or self.limits
+
+        async def run_agent(question: str, ctx: ToolContext) -> str:
+            return await ctx.run_child(self, question, limits=child_limits)
+
+        return Tool(
+            name=name or self.name,
+            description=description or f"Ask the {self.name} agent a question.",
+            parameters={
+                "type": "object",
+                "properties": {"question": {"type": "string", "description": "What to find out."}},
+                "required": ["question"],
+                "additionalProperties": False,
+            },
+            function=run_agent,
+            read_only=True,
+            takes_context=True,
+        )

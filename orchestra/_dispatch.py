@@ -1,0 +1,237 @@
+"""Tool dispatch: pending calls in, results (in words) out.
+
+Every call the model makes gets exactly one tool result in the transcript:
+the tool's output, or a sentence saying what the code decided instead
+(malformed arguments, unknown tool, rejected, answered from an identical
+earlier call, failed). Read-only calls run concurrently; writes run one after
+another in the order the model gave them; results enter the transcript
+together, in call order.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import attrs
+import trio
+
+from ._run import Exit, LiveRun
+from ._state import Interruption, InterruptionKind, RunState, Status, Usage
+from ._tools import Tool, ToolContext, ToolInputError
+
+__all__ = ["dispatch", "flush_results", "pending_calls"]
+
+
+@attrs.frozen(kw_only=True)
+class Call:
+    """A tool call that passed its checks and may run."""
+
+    id: str
+    tool: Tool
+    arguments: dict[str, Any]
+
+
+def _open_calls(state: RunState) -> tuple[list[dict[str, Any]], set[str]]:
+    """Tool calls of the last assistant message, and the ids already answered."""
+    answered: set[str] = set(state.results)
+    for message in reversed(state.messages):
+        if message.get("role") == "tool":
+            answered.add(str(message.get("tool_call_id")))
+            continue
+        if message.get("role") == "assistant":
+            return list(message.get("tool_calls") or []), answered
+        break
+    return [], answered
+
+
+def pending_calls(state: RunState) -> list[dict[str, Any]]:
+    """Calls of the last assistant message that have no result yet."""
+    calls, answered = _open_calls(state)
+    return [c for c in calls if c["id"] not in answered]
+
+
+def flush_results(run: LiveRun) -> None:
+    """Once every call of the last message has a result, append them in call order."""
+    state = run.state
+    calls, _ = _open_calls(state)
+    if not state.results or any(c["id"] not in state.results for c in calls):
+        return
+    for call in calls:
+        if call["id"] in state.results:
+            text = state.results.pop(call["id"])
+            state.messages.append({"role": "tool", "tool_call_id": call["id"], "content": text})
+    state.results.clear()
+    run.checkpoint()
+
+
+def record_result(run: LiveRun, call_id: str, text: str) -> None:
+    """Keep one call's result (saved at once; it joins the transcript with its siblings)."""
+    run.state.results[call_id] = text
+    run.checkpoint()
+
+
+# -- deciding what each call gets ---------------------------------------------
+
+
+def _canonical(name: str, arguments: dict[str, Any]) -> str:
+    return name + json.dumps(arguments, sort_keys=True, separators=(",", ":"))
+
+
+def _earlier_results(run: LiveRun) -> dict[str, tuple[str, str]]:
+    """Read-only calls already answered in the transcript: key → (call id, result)."""
+    results = {m.get("tool_call_id"): m.get("content") for m in run.state.messages
+               if m.get("role") == "tool"}
+    cache: dict[str, tuple[str, str]] = {}
+    for message in run.state.messages:
+        for call in message.get("tool_calls") or ():
+            tool, text = run.agent.tool(call["function"]["name"]), results.get(call["id"])
+            if tool is None or not tool.read_only or not isinstance(text, str):
+                continue
+            if text.startswith("Error:"):
+                continue
+            try:
+                args = tool.parse_arguments(call["function"]["arguments"])
+            except ToolInputError:
+                continue
+            cache.setdefault(_canonical(tool.name, args), (call["id"], text))
+    return cache
+
+
+def _check(run: LiveRun, call: dict[str, Any]) -> Call | str:
+    """The call ready to run, or the result text that answers it instead."""
+    fn = call.get("function") or {}
+    name = str(fn.get("name"))
+    tool = run.agent.tool(name)
+    if tool is None:
+        names = ", ".join(t.name for t in run.agent.tools) or "none"
+        return f"Error: there is no tool named {name!r}. Available tools: {names}."
+    try:
+        arguments = tool.parse_arguments(str(fn.get("arguments") or ""))
+    except ToolInputError as exc:
+        return f"Error: invalid arguments for {name}: {exc}. Nothing was run."
+    return Call(id=str(call["id"]), tool=tool, arguments=arguments)
+
+
+def _deduped(cache: dict[str, tuple[str, str]], call: Call) -> str | None:
+    hit = cache.get(_canonical(call.tool.name, call.arguments))
+    if hit is None or not call.tool.read_only:
+        return None
+    return (f"{hit[1]}\n[Same call as {hit[0]}: this result was reused and the tool "
+            "was not run again.]")
+
+
+def _approval_gate(run: LiveRun, call: Call) -> str | bool:
+    """A rejection text, True if the call may run, False if it waits for a human."""
+    if not call.tool.needs_approval:
+        return True
+    if call.id in run.state.rejections:
+        reason = run.state.rejections[call.id]
+        return f"Rejected by the user: {reason}" if reason else run.agent.policy.rejection_text
+    return any(a.call_id == call.id and a.arguments == call.arguments for a in run.state.approvals)
+
+
+# -- running ------------------------------------------------------------------
+
+
+async def dispatch(run: LiveRun, calls: list[dict[str, Any]]) -> None:
+    """Give every pending call a result, or stop the run (approval, fatal error).
+
+    Cancellation: a checkpoint. Results recorded before a cancel are kept.
+    """
+    cache = _earlier_results(run) if run.agent.policy.dedupe else {}
+    ready: list[Call] = []
+    for raw in calls:
+        checked = _check(run, raw)
+        text = checked if isinstance(checked, str) else _deduped(cache, checked)
+        if text is not None:
+            run.emit("tool_result", tool=str(raw.get("function", {}).get("name")),
+                     call_id=raw["id"], ms=0.0, ok=False, decided=True, result=text[:200])
+            record_result(run, raw["id"], text)
+        elif isinstance(checked, Call):
+            ready.append(checked)
+    await _run_concurrently(run, [c for c in ready if c.tool.read_only])
+    for call in (c for c in ready if not c.tool.read_only):
+        if run.state.status is not Status.RUNNING or not await _run_write(run, call):
+            return
+
+
+async def _run_concurrently(run: LiveRun, calls: list[Call]) -> None:
+    if len(calls) == 1:
+        await run_call(run, calls[0])
+        return
+    async with trio.open_nursery() as nursery:
+        for call in calls:
+            nursery.start_soon(run_call, run, call)
+
+
+async def _run_write(run: LiveRun, call: Call) -> bool:
+    """Run one write after its approval gate; False if the run stopped for approval."""
+    gate = _approval_gate(run, call)
+    if isinstance(gate, str):
+        run.emit("tool_result", tool=call.tool.name, call_id=call.id, ms=0.0, ok=False,
+                 decided=True, result=gate)
+        record_result(run, call.id, gate)
+        return True
+    if gate:
+        await run_call(run, call)
+        return True
+    _stop_for_approval(run, call)
+    return False
+
+
+def _stop_for_approval(run: LiveRun, call: Call) -> None:
+    interruption = Interruption(
+        kind=InterruptionKind.APPROVAL, run_id=run.state.run_id, call_id=call.id,
+        tool=call.tool.name, arguments=call.arguments,
+        reason=f"{call.tool.name} needs approval",
+    )
+    run.emit("approval_required", tool=call.tool.name, call_id=call.id, args=call.arguments)
+    run.finish(Exit(status=Status.INTERRUPTED, reason=interruption.reason,
+                    interruption=interruption))
+
+
+def _context(run: LiveRun, call: Call, started: float) -> ToolContext:
+    def progress(label: str) -> None:
+        elapsed = (trio.current_time() - started) * 1000
+        run.emit("tool_progress", tool=call.tool.name, call_id=call.id, label=label,
+                 elapsed_ms=round(elapsed, 1))
+
+    spawn: Callable[..., Any] = partial(run.runner.spawn_child, run, call.id)
+    return ToolContext(
+        run_id=run.state.run_id, call_id=call.id, tool=call.tool.name,
+        idempotency_key=f"{run.state.run_id}:{call.id}", progress=progress, spawn=spawn,
+    )
+
+
+async def run_call(run: LiveRun, call: Call) -> None:
+    """Run one tool call and record its result (or the run's failure)."""
+    run.state.started.append(call.id)
+    run.checkpoint()
+    run.emit("tool_start", tool=call.tool.name, call_id=call.id, args=call.arguments)
+    started = trio.current_time()
+    exit_: Exit | None = None
+    try:
+        text, ok = await call.tool.run(call.arguments, _context(run, call, started)), True
+    except Exception as exc:  # a tool's failure is data for the model (trio.Cancelled is not an Exception)
+        text, ok, exit_ = _on_error(run, call, exc)
+    ms = (trio.current_time() - started) * 1000
+    run.charge(Usage(tool_runs=1))
+    run.emit("tool_result", tool=call.tool.name, call_id=call.id, ms=round(ms, 1), ok=ok)
+    record_result(run, call.id, text)
+    if exit_ is not None and run.state.status is Status.RUNNING:
+        run.finish(exit_)
+
+
+def _on_error(run: LiveRun, call: Call, exc: Exception) -> tuple[str, bool, Exit | None]:
+    policy = run.agent.policy
+    text = policy.error_text(call.tool.name, exc)
+    if isinstance(exc, policy.permanent_errors):
+        return text, False, Exit(status=Status.FAILED, error=f"{type(exc).__name__}: {exc}",
+                                 reason=f"{call.tool.name} failed in a way retrying cannot fix: {exc}")
+    if policy.fatal_errors:
+        return text, False, Exit(status=Status.FAILED, error=f"{type(exc).__name__}: {exc}",
+                                 reason=f"{call.tool.name} failed: {exc}")
+    return text, False, None

@@ -1,0 +1,70 @@
+"""The event stream: one JSON object per line, the run id on every line.
+
+Event types: ``run_started``, ``model_request``, ``turn``, ``tool_start``,
+``tool_progress``, ``tool_result``, ``approval_required``, ``run_stopped``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Callable
+from typing import IO, Any
+
+import attrs
+
+__all__ = ["Event", "EventSink", "JsonlSink", "fanout"]
+
+
+@attrs.frozen(kw_only=True)
+class Event:
+    """One thing that happened in one run."""
+
+    type: str
+    run_id: str
+    root_id: str
+    parent_id: str | None
+    at: float
+    data: dict[str, Any] = attrs.field(factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as one flat JSON object."""
+        head = {"type": self.type, "run_id": self.run_id, "root_id": self.root_id,
+                "parent_id": self.parent_id, "at": round(self.at, 6)}
+        return {**head, **self.data}
+
+
+EventSink = Callable[[Event], None]
+"""Anything that takes events. It is called on the trio thread: keep it quick."""
+
+
+class JsonlSink:
+    """Writes each event as one JSON line to a text stream (a file or stderr)."""
+
+    def __init__(self, stream: IO[str] | None = None, *, path: str | None = None) -> None:
+        self._owned = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115
+        self._stream = self._owned or stream or sys.stderr
+        self._lock = threading.Lock()
+
+    def __call__(self, event: Event) -> None:
+        line = json.dumps(event.to_dict(), default=str, separators=(",", ":"))
+        with self._lock:
+            self._stream.write(line + "\n")
+            self._stream.flush()
+
+    def close(self) -> None:
+        """Close the file this sink opened (a given stream is left open)."""
+        if self._owned:
+            self._owned.close()
+
+
+def fanout(*sinks: EventSink | None) -> EventSink:
+    """One sink that feeds every given sink, in order."""
+    active = [s for s in sinks if s is not None]
+
+    def emit(event: Event) -> None:
+        for sink in active:
+            sink(event)
+
+    return emit

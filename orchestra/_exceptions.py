@@ -1,0 +1,98 @@
+"""Orchestra's exceptions, in one place.
+
+Control-flow signals (a budget reached, an approval needed, a cancel) are *not*
+exceptions: they end a run with a status and come back as data. Exceptions are
+for misuse and for failures of the things around a run::
+
+    OrchestraError
+    ├── ConfigError              bad options given by a user (limits, prices, URLs)
+    ├── ProviderError            the model endpoint failed us
+    │   ├── ProviderHTTPError    transport failure or a non-2xx status
+    │   └── ProviderReplyError   a 2xx reply that is not a chat completion
+    ├── ToolError                raised *by tools* to report a failure
+    │   └── PermanentToolError   a failure the model cannot fix by retrying
+    ├── StateError               saved state that cannot be used
+    │   ├── SchemaVersionError   saved by an unknown schema version
+    │   └── RunNotFound          no run with that id in the store
+    ├── LeaseError               another process owns the run
+    └── TokenizerError           the o200k_base data is missing or corrupt
+
+Third-party errors (httpx, sqlite3, json) are translated into these at the
+boundary where they occur; ``trio.Cancelled`` is never caught or wrapped.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "LeaseError",
+    "OrchestraError",
+    "PermanentToolError",
+    "ProviderError",
+    "ProviderHTTPError",
+    "ProviderReplyError",
+    "RunNotFound",
+    "SchemaVersionError",
+    "StateError",
+    "TokenizerError",
+    "ToolError",
+]
+
+
+class OrchestraError(Exception):
+    """Base of every exception Orchestra raises on purpose."""
+
+
+class ConfigError(OrchestraError, ValueError):
+    """An option given by the caller is invalid (a negative budget, an unknown scenario...)."""
+
+
+class ProviderError(OrchestraError):
+    """The model endpoint could not give us a usable reply."""
+
+
+class ProviderHTTPError(ProviderError):
+    """The request failed in transport or came back with a non-2xx status."""
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class ProviderReplyError(ProviderError):
+    """The endpoint answered 2xx with something that is not a chat completion."""
+
+
+class ToolError(OrchestraError):
+    """Raised by a tool to report a failure the model may act on.
+
+    Any exception a tool raises becomes a tool result (``Error: <message>`` by
+    default); raising ``ToolError`` just makes the intent explicit.
+    """
+
+
+class PermanentToolError(ToolError):
+    """A tool failure retrying cannot fix (permission denied, unsupported operation).
+
+    The run stops ``failed`` with this message instead of looping to its turn cap.
+    """
+
+
+class StateError(OrchestraError):
+    """Saved state cannot be loaded or used."""
+
+
+class SchemaVersionError(StateError):
+    """The state was saved by a schema version this Orchestra does not know."""
+
+
+class RunNotFound(StateError, LookupError):
+    """The store holds no run with the requested id."""
+
+
+class LeaseError(OrchestraError):
+    """Another process currently owns (is running) this run."""
+
+
+class TokenizerError(OrchestraError):
+    """The o200k_base encoding could not be built from its packaged data."""

@@ -1,0 +1,102 @@
+"""The run loop, in layers: limits → model call → tool dispatch → recording.
+
+:func:`drive` repeats one step until the run leaves ``running``. Each step
+first drains *pending* calls (tool calls of the last assistant message that
+have no result yet) and asks the model only when nothing is pending, so a
+fresh run, a resumed run and an approved call all take the same path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._budget import Grant, check_turns, reserve, settle
+from ._dispatch import dispatch, flush_results, pending_calls
+from ._exceptions import ProviderError
+from ._money import to_usd
+from ._provider import ChatReply, ChatRequest
+from ._run import Exit, LiveRun
+from ._state import Status
+
+__all__ = ["drive"]
+
+
+async def drive(run: LiveRun) -> None:
+    """Run until the state leaves ``running``.
+
+    Cancellation: a checkpoint at every model call and tool run. On cancel the
+    state is as of the last completed step; the caller records the exit.
+    """
+    while run.state.status is Status.RUNNING:
+        flush_results(run)
+        pending = pending_calls(run.state)
+        if pending:
+            await dispatch(run, pending)
+        else:
+            await model_step(run)
+
+
+async def model_step(run: LiveRun) -> None:
+    """Check limits, reserve, call the model, record the reply."""
+    request = ChatRequest(
+        model=run.state.model, messages=run.state.messages, tools=run.agent.tool_specs()
+    )
+    prompt_tokens = run.counter.count(request.messages, request.tools)
+    gate = check_turns(run) or reserve(run, prompt_tokens, run.runner.prompt_margin)
+    if isinstance(gate, Exit):
+        run.finish(gate)
+        return
+    reply = await _call(run, request, gate, prompt_tokens)
+    if reply is not None:
+        record_reply(run, reply, gate)
+
+
+async def _call(
+    run: LiveRun, request: ChatRequest, grant: Grant, prompt_tokens: int
+) -> ChatReply | None:
+    run.emit("model_request", turn=run.state.turns + 1, model=request.model,
+             prompt_tokens=prompt_tokens, max_tokens=grant.max_tokens)
+    reply: ChatReply | None = None
+    try:
+        reply = await run.runner.provider.complete(
+            ChatRequest(model=request.model, messages=list(request.messages),
+                        tools=request.tools, max_tokens=grant.max_tokens)
+        )
+    except ProviderError as exc:
+        run.finish(Exit(status=Status.FAILED, reason=f"model call failed: {exc}", error=str(exc)))
+    finally:
+        settle(run, grant, reply)
+    return reply
+
+
+def record_reply(run: LiveRun, reply: ChatReply, grant: Grant) -> None:
+    """Append the reply, emit ``turn``, save; end the run if it is an answer."""
+    state = run.state
+    state.messages.append(reply.message)
+    run.emit("turn", turn=state.turns, **_turn_fields(run, reply))
+    run.checkpoint()
+    if reply.tool_calls:
+        return
+    if reply.finish_reason == "length" and grant.shrunk:
+        run.finish(Exit(status=Status.BUDGET_EXCEEDED, reason=(
+            f"the reply was cut at {grant.max_tokens} tokens to stay within budget")))
+    else:
+        run.finish(Exit(status=Status.COMPLETED, reason=_completion_reason(reply)))
+
+
+def _completion_reason(reply: ChatReply) -> str:
+    if reply.finish_reason == "length":
+        return "answered (cut at max_tokens)"
+    return "answered"
+
+
+def _turn_fields(run: LiveRun, reply: ChatReply) -> dict[str, Any]:
+    return {
+        "prompt_tokens": reply.prompt_tokens,
+        "completion_tokens": reply.completion_tokens,
+        "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+        "cost_usd": to_usd(run.state.own.cost_pico),
+        "tree_cost_usd": to_usd(run.state.tree.cost_pico),
+        "finish": reply.finish_reason,
+        "tool_calls": [c["function"]["name"] for c in reply.tool_calls],
+    }

@@ -1,0 +1,162 @@
+"""The model interface and its OpenAI-compatible HTTP client.
+
+A provider turns a :class:`ChatRequest` into a :class:`ChatReply`; that is the
+whole interface, so a local model, a fake or a recorded replay fits behind it.
+``OpenAIProvider`` speaks ``POST {base_url}/chat/completions`` over httpx and
+maps every httpx and JSON failure to :class:`ProviderError` here, at the
+boundary.
+
+Cancellation: :meth:`Provider.complete` is a checkpoint. Cancelling it aborts
+the HTTP request in flight (the connection is closed); nothing is returned and
+nothing is charged for a reply that never arrived.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import attrs
+import httpx
+
+from ._exceptions import ConfigError, ProviderHTTPError, ProviderReplyError
+
+__all__ = ["ChatReply", "ChatRequest", "OpenAIProvider", "Provider"]
+
+
+@attrs.frozen(kw_only=True)
+class ChatRequest:
+    """One chat-completions request."""
+
+    model: str
+    messages: Sequence[Mapping[str, Any]]
+    tools: Sequence[Mapping[str, Any]] = ()
+    max_tokens: int | None = None
+
+    def payload(self) -> dict[str, Any]:
+        """The JSON body of the request."""
+        body: dict[str, Any] = {"model": self.model, "messages": list(self.messages)}
+        if self.tools:
+            body["tools"] = list(self.tools)
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
+        return body
+
+
+@attrs.frozen(kw_only=True)
+class ChatReply:
+    """The assistant message of a reply, why it ended, and what it cost in tokens."""
+
+    message: dict[str, Any]
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """The tool calls the model asked for (possibly none)."""
+        return list(self.message.get("tool_calls") or [])
+
+
+class Provider(Protocol):
+    """Anything that can answer a chat request."""
+
+    async def complete(self, request: ChatRequest) -> ChatReply:
+        """Ask the model. Raises :class:`ProviderError` on failure; a checkpoint."""
+        ...
+
+
+def _env_base_url() -> str | None:
+    return os.environ.get("OPENAI_BASE_URL") or os.environ.get("LLM_BASE_URL")
+
+
+class OpenAIProvider:
+    """A client for any OpenAI-compatible chat-completions endpoint.
+
+    ``base_url`` and ``api_key`` default to ``OPENAI_BASE_URL`` (or
+    ``LLM_BASE_URL``) and ``OPENAI_API_KEY``. ``transport`` lets tests plug in
+    an in-process transport such as ``orchestra.testing.ScriptedTransport``.
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 120.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        url = base_url or _env_base_url()
+        if not url:
+            raise ConfigError("no base URL: pass base_url= or set OPENAI_BASE_URL")
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.base_url = url.rstrip("/")
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
+        )
+
+    async def complete(self, request: ChatRequest) -> ChatReply:
+        """POST the request and parse the reply (see :class:`Provider`)."""
+        try:
+            response = await self._client.post("/chat/completions", json=request.payload())
+        except httpx.HTTPError as exc:
+            raise ProviderHTTPError(f"request to {self.base_url} failed: {exc!r}") from exc
+        if response.status_code >= 400:
+            raise ProviderHTTPError(
+                f"{self.base_url} answered {response.status_code}: {_error_text(response)}",
+                status_code=response.status_code,
+            )
+        return parse_reply(response)
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._client.aclose()
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return response.text[:300]
+
+
+def parse_reply(response: httpx.Response) -> ChatReply:
+    """A chat-completions response body as a :class:`ChatReply`.
+
+    Raises:
+        ProviderReplyError: the body is not a chat completion.
+    """
+    try:
+        body = response.json()
+        choice = body["choices"][0]
+        message, usage = choice["message"], body["usage"]
+        reply = ChatReply(
+            message=_clean_message(message),
+            finish_reason=str(choice.get("finish_reason") or "stop"),
+            prompt_tokens=int(usage["prompt_tokens"]),
+            completion_tokens=int(usage["completion_tokens"]),
+        )
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise ProviderReplyError(f"not a chat completion ({exc!r}): {response.text[:300]}") from exc
+    return reply
+
+
+def _clean_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(message, Mapping):
+        raise TypeError("message is not an object")
+    clean: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    calls = message.get("tool_calls")
+    if calls:
+        clean["tool_calls"] = [_clean_call(c) for c in calls]
+    return clean
+
+
+def _clean_call(call: Mapping[str, Any]) -> dict[str, Any]:
+    fn = call["function"]
+    return {
+        "id": str(call["id"]),
+        "type": "function",
+        "function": {"name": str(fn["name"]), "arguments": str(fn.get("arguments") or "")},
+    }

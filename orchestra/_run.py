@@ -1,0 +1,128 @@
+"""A live run: its state plus the objects that only exist while it runs.
+
+``LiveRun`` is the node of the run tree in memory: it links to its parent and
+children, holds the budget reserved by calls in flight in its subtree, its
+cancel scope and its message counter. Everything worth keeping is in
+``state``; the rest is rebuilt when a saved run is resumed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from ._agent import Agent
+from ._events import Event
+from ._money import to_usd
+from ._state import Interruption, RunState, Status, Usage
+from ._tokens import MessageCounter
+
+if TYPE_CHECKING:
+    from ._runner import Runner
+
+__all__ = ["Exit", "LiveRun"]
+
+
+@attrs.frozen(kw_only=True)
+class Exit:
+    """How a run ends: a status and its reason, as data."""
+
+    status: Status
+    reason: str = ""
+    error: str | None = None
+    interruption: Interruption | None = None
+
+
+@attrs.define(kw_only=True, eq=False)
+class LiveRun:
+    """One run of the tree while it executes."""
+
+    state: RunState
+    agent: Agent
+    runner: Runner
+    parent: LiveRun | None = None
+    children: list[LiveRun] = attrs.Factory(list)
+    counter: MessageCounter = attrs.Factory(MessageCounter)
+    reserved_pico: int = 0
+    reserved_turns: int = 0
+    scope: trio.CancelScope | None = None
+    cancel_reason: str | None = None
+    deadline: float = float("inf")
+    """Trio-clock deadline of this run (already the min over its ancestors)."""
+
+    def lineage(self) -> Iterator[LiveRun]:
+        """This run, then its parent, up to the root."""
+        node: LiveRun | None = self
+        while node is not None:
+            yield node
+            node = node.parent
+
+    def subtree(self) -> Iterator[LiveRun]:
+        """This run and every live descendant."""
+        yield self
+        for child in self.children:
+            yield from child.subtree()
+
+    # -- accounting ----------------------------------------------------------
+
+    def charge(self, usage: Usage) -> None:
+        """Add ``usage`` to this run's own counters and to every ancestor's tree."""
+        self.state.own = self.state.own + usage
+        for node in self.lineage():
+            node.state.tree = node.state.tree + usage
+
+    def available_pico(self) -> int | None:
+        """What this run may still commit: the least left over it and its ancestors."""
+        left = [
+            budget - node.state.tree.cost_pico - node.reserved_pico
+            for node in self.lineage()
+            if (budget := node.state.limits.budget_pico) is not None
+        ]
+        return min(left) if left else None
+
+    def available_turns(self) -> tuple[int, LiveRun] | None:
+        """Model calls still allowed, and the run whose limit is tightest."""
+        left = [
+            (turns - node.state.tree.model_calls - node.reserved_turns, node)
+            for node in self.lineage()
+            if (turns := node.state.limits.max_turns) is not None
+        ]
+        return min(left, key=lambda pair: pair[0]) if left else None
+
+    def reserve(self, pico: int, turns: int) -> None:
+        """Hold ``pico`` and ``turns`` against this run and every ancestor."""
+        for node in self.lineage():
+            node.reserved_pico += pico
+            node.reserved_turns += turns
+
+    # -- recording -----------------------------------------------------------
+
+    def emit(self, type_: str, **data: Any) -> None:
+        """Send one event about this run to the runner's sinks."""
+        s = self.state
+        self.runner.emit(
+            Event(type=type_, run_id=s.run_id, root_id=s.root_id, parent_id=s.parent_id,
+                  at=self.runner.now(), data=data)
+        )
+
+    def checkpoint(self) -> None:
+        """Save the state now (synchronous: a cancel cannot tear it)."""
+        self.state.updated_at = time.time()
+        self.runner.store.save(self.state)
+
+    def finish(self, exit_: Exit) -> None:
+        """Record the run's one exit, emit ``run_stopped`` and save."""
+        s = self.state
+        s.status, s.reason, s.error, s.interruption = (
+            exit_.status, exit_.reason, exit_.error, exit_.interruption
+        )
+        self.emit(
+            "run_stopped", status=s.status.value, reason=s.reason, turns=s.turns,
+            cost_usd=to_usd(s.own.cost_pico), tree_cost_usd=to_usd(s.tree.cost_pico),
+            interruption=attrs.asdict(s.interruption) if s.interruption else None,
+        )
+        self.checkpoint()

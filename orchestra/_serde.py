@@ -1,0 +1,59 @@
+"""Run state to JSON and back, losslessly, with a schema version check."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import cattrs
+
+from ._exceptions import SchemaVersionError, StateError
+from ._state import SCHEMA_VERSION, RunState
+
+__all__ = ["state_from_dict", "state_from_json", "state_to_dict", "state_to_json"]
+
+_converter = cattrs.Converter(forbid_extra_keys=True)
+
+
+def state_to_dict(state: RunState) -> dict[str, Any]:
+    """The state as plain JSON-able data."""
+    data: dict[str, Any] = _converter.unstructure(state)
+    return data
+
+
+def state_to_json(state: RunState) -> str:
+    """The state as a JSON document."""
+    return json.dumps(state_to_dict(state), sort_keys=True, separators=(",", ":"))
+
+
+def state_from_dict(data: Any) -> RunState:
+    """Load a state saved by :func:`state_to_dict`.
+
+    Raises:
+        SchemaVersionError: it was saved by a schema version this code does not know.
+        StateError: it is not a run state.
+    """
+    if not isinstance(data, dict):
+        raise StateError(f"a run state is a JSON object, got {type(data).__name__}")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"run state has schema version {version!r}; this Orchestra reads version "
+            f"{SCHEMA_VERSION} only (upgrade Orchestra, or migrate the state)"
+        )
+    try:
+        return _converter.structure(data, RunState)
+    except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
+        detail = "; ".join(cattrs.transform_error(exc)) if isinstance(
+            exc, cattrs.BaseValidationError
+        ) else str(exc)
+        raise StateError(f"invalid run state: {detail}") from exc
+
+
+def state_from_json(text: str | bytes) -> RunState:
+    """Load a state saved by :func:`state_to_json`."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise StateError(f"run state is not valid JSON: {exc}") from exc
+    return state_from_dict(data)

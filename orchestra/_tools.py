@@ -1,0 +1,236 @@
+"""Tools: what a model may call, with a JSON-schema contract.
+
+A :class:`Tool` pairs a JSON schema with a function. :func:`tool` builds one
+from a typed Python function. Arguments are validated before the function
+runs; a bad call never reaches it.
+
+Cancellation: a tool runs inside its run's cancel scope. An ``async`` tool is
+cancelled at its next checkpoint (``await trio.sleep``, I/O...), so a slow or
+waiting tool stops at once when its run is cancelled or hits its deadline. A
+plain (sync) function cannot be interrupted; keep sync tools quick.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import types
+import typing
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Literal
+
+import attrs
+import jsonschema
+
+from ._exceptions import ConfigError
+
+__all__ = ["Tool", "ToolContext", "ToolInputError", "tool"]
+
+
+@attrs.define(kw_only=True, eq=False)
+class ToolContext:
+    """What a running tool knows about its call.
+
+    ``idempotency_key`` is stable for one logical call (same run, same call id)
+    across retries and processes: pass it to a service that deduplicates writes.
+    """
+
+    run_id: str
+    call_id: str
+    tool: str
+    idempotency_key: str
+    _progress: Callable[[str], None] = attrs.field(alias="progress", default=lambda _l: None)
+    _spawn: Callable[..., Awaitable[str]] | None = attrs.field(alias="spawn", default=None)
+
+    def progress(self, label: str) -> None:
+        """Report progress (shown live by the CLI, written to the trace)."""
+        self._progress(label)
+
+    async def run_child(self, agent: Any, task: str, *, limits: Any = None) -> str:
+        """Run ``agent`` on ``task`` as a child of this call's run; its answer as text.
+
+        The child's limits are carved from what this run has left; if nothing is
+        left it is not started and the text says why. Cancelling this run
+        cancels the child.
+        """
+        if self._spawn is None:
+            raise RuntimeError("this tool context cannot start child runs")
+        return await self._spawn(agent, task, limits=limits)
+
+
+ToolFunction = Callable[..., Any]
+
+
+class ToolInputError(Exception):
+    """The model's call could not be turned into valid arguments (internal)."""
+
+
+@attrs.frozen(kw_only=True)
+class Tool:
+    """A tool the model may call.
+
+    ``read_only`` tools may run concurrently, be deduplicated and be re-run
+    after a crash; anything else is a write: run in order, never cached, and
+    in doubt after a crash unless ``idempotent``.
+    """
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    function: ToolFunction
+    read_only: bool = False
+    needs_approval: bool = False
+    idempotent: bool = False
+    takes_context: bool = False
+    _validator: jsonschema.Draft202012Validator = attrs.field(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", self.name):
+            raise ConfigError(f"tool name {self.name!r} must match [A-Za-z0-9_-]{{1,64}}")
+        try:
+            jsonschema.Draft202012Validator.check_schema(dict(self.parameters))
+        except jsonschema.SchemaError as exc:
+            raise ConfigError(f"tool {self.name}: invalid parameters schema: {exc.message}") from exc
+        validator = jsonschema.Draft202012Validator(dict(self.parameters))
+        object.__setattr__(self, "_validator", validator)
+
+    def spec(self) -> dict[str, Any]:
+        """The tool as declared in a chat-completions request."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": dict(self.parameters),
+            },
+        }
+
+    def parse_arguments(self, raw: str) -> dict[str, Any]:
+        """Decode and validate the model's argument string.
+
+        Raises:
+            ToolInputError: with a message the model can act on.
+        """
+        try:
+            args = json.loads(raw or "{}")
+        except json.JSONDecodeError as exc:
+            raise ToolInputError(f"arguments are not valid JSON ({exc.msg})") from None
+        if not isinstance(args, dict):
+            raise ToolInputError("arguments must be a JSON object")
+        errors = sorted(self._validator.iter_errors(args), key=lambda e: list(e.path))
+        if errors:
+            raise ToolInputError("; ".join(_describe(e) for e in errors))
+        return args
+
+    async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
+        """Call the function with validated ``args``; the result as text."""
+        kwargs = dict(args)
+        if self.takes_context:
+            kwargs["ctx"] = ctx
+        result = self.function(**kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result if isinstance(result, str) else json.dumps(result)
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    where = ".".join(str(p) for p in error.absolute_path)
+    return f"{where}: {error.message}" if where else error.message
+
+
+# -- deriving a schema from a typed function ---------------------------------
+
+_SCALARS: dict[Any, dict[str, Any]] = {
+    str: {"type": "string"},
+    int: {"type": "integer"},
+    float: {"type": "number"},
+    bool: {"type": "boolean"},
+}
+
+
+def _schema_for(annotation: Any) -> dict[str, Any]:
+    if annotation in _SCALARS:
+        return dict(_SCALARS[annotation])
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Literal:
+        return {"enum": list(args)}
+    if origin in (list, tuple) and args:
+        return {"type": "array", "items": _schema_for(args[0])}
+    if origin in (dict, Mapping):
+        return {"type": "object"}
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in args if a is not type(None)]
+        schema = _schema_for(members[0]) if len(members) == 1 else {}
+        return {"anyOf": [schema, {"type": "null"}]} if len(members) < len(args) else schema
+    raise ConfigError(f"cannot derive a JSON schema for annotation {annotation!r}")
+
+
+def _arg_docs(doc: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    section = doc.split("Args:", 1)[1] if "Args:" in doc else ""
+    for line in section.splitlines():
+        match = re.match(r"\s+(\w+)(?: \(.*?\))?:\s*(.+)", line)
+        if match:
+            found[match[1]] = match[2].strip()
+        elif line.strip() and not line.startswith((" ", "\t")):
+            break
+    return found
+
+
+def schema_from_function(fn: ToolFunction) -> tuple[dict[str, Any], bool]:
+    """A JSON schema for ``fn``'s parameters, and whether it takes ``ctx``."""
+    hints = typing.get_type_hints(fn)
+    docs = _arg_docs(inspect.getdoc(fn) or "")
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    takes_context = False
+    for name, param in inspect.signature(fn).parameters.items():
+        if name == "ctx" or hints.get(name) is ToolContext:
+            takes_context = True
+            continue
+        prop = _schema_for(hints.get(name, str))
+        if name in docs:
+            prop["description"] = docs[name]
+        if param.default is inspect.Parameter.empty:
+            required.append(name)
+        else:
+            prop["default"] = param.default
+        properties[name] = prop
+    schema = {"type": "object", "properties": properties, "required": required,
+              "additionalProperties": False}
+    return schema, takes_context
+
+
+def tool(
+    fn: ToolFunction | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    read_only: bool = False,
+    needs_approval: bool = False,
+    idempotent: bool = False,
+) -> Any:
+    """Make a :class:`Tool` from a typed function (sync or async).
+
+    The description is the docstring's first paragraph; parameter descriptions
+    come from its ``Args:`` section. A parameter named ``ctx`` (or annotated
+    :class:`ToolContext`) receives the call's context and is not in the schema.
+    Usable bare (``@tool``) or with options (``@tool(read_only=True)``).
+    """
+
+    def build(f: ToolFunction) -> Tool:
+        schema, takes_context = schema_from_function(f)
+        doc = (inspect.getdoc(f) or "").split("\n\n", 1)[0].strip()
+        return Tool(
+            name=name or f.__name__,
+            description=description or doc or f.__name__,
+            parameters=schema,
+            function=f,
+            read_only=read_only,
+            needs_approval=needs_approval,
+            idempotent=idempotent,
+            takes_context=takes_context,
+        )
+
+    return build(fn) if fn is not None else build
