@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
@@ -49,6 +49,10 @@ class ToolPolicy:
     rejection_text: str = DEFAULT_REJECTION
 
 
+def _tool_tuple(tools: Iterable[Tool]) -> tuple[Tool, ...]:
+    return tuple(tools)
+
+
 @attrs.frozen(kw_only=True)
 class Agent:
     """A model with instructions, tools and default limits.
@@ -60,7 +64,7 @@ class Agent:
     name: str
     model: str
     instructions: str = ""
-    tools: tuple[Tool, ...] = attrs.field(default=(), converter=tuple)
+    tools: tuple[Tool, ...] = attrs.field(default=(), converter=_tool_tuple)
     limits: Limits = Limits()
     policy: ToolPolicy = ToolPolicy()
     max_tokens: int = 1024
@@ -81,7 +85,11 @@ class Agent:
         return [t.spec() for t in self.tools]
 
     def as_tool(
-        self, *, name: str | None = None, description: str | None = None, limits: Limits | None = None
+        self,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        limits: Limits | None = None,
     ) -> Tool:
         """This agent as a tool: each call runs a child run on the question.
 

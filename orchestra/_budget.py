@@ -78,8 +78,11 @@ def reserve(run: LiveRun, prompt_tokens: int, margin: Margin) -> Grant | Exit:
         if affordable < MIN_COMPLETION:
             return _unaffordable(run, available, price.cost(prompt, MIN_COMPLETION), prompt)
         max_tokens = min(max_tokens, affordable)
-    grant = Grant(pico=price.cost(prompt, max_tokens), max_tokens=max_tokens,
-                  shrunk=max_tokens < run.agent.max_tokens)
+    grant = Grant(
+        pico=price.cost(prompt, max_tokens),
+        max_tokens=max_tokens,
+        shrunk=max_tokens < run.agent.max_tokens,
+    )
     run.reserve(grant.pico, 1)
     return grant
 

@@ -82,8 +82,11 @@ def _canonical(name: str, arguments: dict[str, Any]) -> str:
 
 def _earlier_results(run: LiveRun) -> dict[str, tuple[str, str]]:
     """Read-only calls already answered in the transcript: key → (call id, result)."""
-    results = {m.get("tool_call_id"): m.get("content") for m in run.state.messages
-               if m.get("role") == "tool"}
+    results = {
+        m.get("tool_call_id"): m.get("content")
+        for m in run.state.messages
+        if m.get("role") == "tool"
+    }
     cache: dict[str, tuple[str, str]] = {}
     for message in run.state.messages:
         for call in message.get("tool_calls") or ():
@@ -119,8 +122,9 @@ def _deduped(cache: dict[str, tuple[str, str]], call: Call) -> str | None:
     hit = cache.get(_canonical(call.tool.name, call.arguments))
     if hit is None or not call.tool.read_only:
         return None
-    return (f"{hit[1]}\n[Same call as {hit[0]}: this result was reused and the tool "
-            "was not run again.]")
+    return (
+        f"{hit[1]}\n[Same call as {hit[0]}: this result was reused and the tool was not run again.]"
+    )
 
 
 def _approval_gate(run: LiveRun, call: Call) -> str | bool:
@@ -147,8 +151,15 @@ async def dispatch(run: LiveRun, calls: list[dict[str, Any]]) -> None:
         checked = _check(run, raw)
         text = checked if isinstance(checked, str) else _deduped(cache, checked)
         if text is not None:
-            run.emit("tool_result", tool=str(raw.get("function", {}).get("name")),
-                     call_id=raw["id"], ms=0.0, ok=False, decided=True, result=text[:200])
+            run.emit(
+                "tool_result",
+                tool=str(raw.get("function", {}).get("name")),
+                call_id=raw["id"],
+                ms=0.0,
+                ok=False,
+                decided=True,
+                result=text[:200],
+            )
             record_result(run, raw["id"], text)
         elif isinstance(checked, Call):
             ready.append(checked)
@@ -171,8 +182,15 @@ async def _run_write(run: LiveRun, call: Call) -> bool:
     """Run one write after its approval gate; False if the run stopped for approval."""
     gate = _approval_gate(run, call)
     if isinstance(gate, str):
-        run.emit("tool_result", tool=call.tool.name, call_id=call.id, ms=0.0, ok=False,
-                 decided=True, result=gate)
+        run.emit(
+            "tool_result",
+            tool=call.tool.name,
+            call_id=call.id,
+            ms=0.0,
+            ok=False,
+            decided=True,
+            result=gate,
+        )
         record_result(run, call.id, gate)
         return True
     if gate:
@@ -184,25 +202,38 @@ async def _run_write(run: LiveRun, call: Call) -> bool:
 
 def _stop_for_approval(run: LiveRun, call: Call) -> None:
     interruption = Interruption(
-        kind=InterruptionKind.APPROVAL, run_id=run.state.run_id, call_id=call.id,
-        tool=call.tool.name, arguments=call.arguments,
+        kind=InterruptionKind.APPROVAL,
+        run_id=run.state.run_id,
+        call_id=call.id,
+        tool=call.tool.name,
+        arguments=call.arguments,
         reason=f"{call.tool.name} needs approval",
     )
     run.emit("approval_required", tool=call.tool.name, call_id=call.id, args=call.arguments)
-    run.finish(Exit(status=Status.INTERRUPTED, reason=interruption.reason,
-                    interruption=interruption))
+    run.finish(
+        Exit(status=Status.INTERRUPTED, reason=interruption.reason, interruption=interruption)
+    )
 
 
 def _context(run: LiveRun, call: Call, started: float) -> ToolContext:
     def progress(label: str) -> None:
         elapsed = (trio.current_time() - started) * 1000
-        run.emit("tool_progress", tool=call.tool.name, call_id=call.id, label=label,
-                 elapsed_ms=round(elapsed, 1))
+        run.emit(
+            "tool_progress",
+            tool=call.tool.name,
+            call_id=call.id,
+            label=label,
+            elapsed_ms=round(elapsed, 1),
+        )
 
     spawn: Callable[..., Any] = partial(run.runner.spawn_child, run, call.id)
     return ToolContext(
-        run_id=run.state.run_id, call_id=call.id, tool=call.tool.name,
-        idempotency_key=f"{run.state.run_id}:{call.id}", progress=progress, spawn=spawn,
+        run_id=run.state.run_id,
+        call_id=call.id,
+        tool=call.tool.name,
+        idempotency_key=f"{run.state.run_id}:{call.id}",
+        progress=progress,
+        spawn=spawn,
     )
 
 
@@ -215,7 +246,9 @@ async def run_call(run: LiveRun, call: Call) -> None:
     exit_: Exit | None = None
     try:
         text, ok = await call.tool.run(call.arguments, _context(run, call, started)), True
-    except Exception as exc:  # a tool's failure is data for the model (trio.Cancelled is not an Exception)
+    except (
+        Exception
+    ) as exc:  # a tool's failure is data for the model (trio.Cancelled is not an Exception)
         text, ok, exit_ = _on_error(run, call, exc)
     ms = (trio.current_time() - started) * 1000
     run.charge(Usage(tool_runs=1))
@@ -229,9 +262,23 @@ def _on_error(run: LiveRun, call: Call, exc: Exception) -> tuple[str, bool, Exit
     policy = run.agent.policy
     text = policy.error_text(call.tool.name, exc)
     if isinstance(exc, policy.permanent_errors):
-        return text, False, Exit(status=Status.FAILED, error=f"{type(exc).__name__}: {exc}",
-                                 reason=f"{call.tool.name} failed in a way retrying cannot fix: {exc}")
+        return (
+            text,
+            False,
+            Exit(
+                status=Status.FAILED,
+                error=f"{type(exc).__name__}: {exc}",
+                reason=f"{call.tool.name} failed in a way retrying cannot fix: {exc}",
+            ),
+        )
     if policy.fatal_errors:
-        return text, False, Exit(status=Status.FAILED, error=f"{type(exc).__name__}: {exc}",
-                                 reason=f"{call.tool.name} failed: {exc}")
+        return (
+            text,
+            False,
+            Exit(
+                status=Status.FAILED,
+                error=f"{type(exc).__name__}: {exc}",
+                reason=f"{call.tool.name} failed: {exc}",
+            ),
+        )
     return text, False, None

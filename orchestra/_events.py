@@ -30,8 +30,13 @@ class Event:
 
     def to_dict(self) -> dict[str, Any]:
         """The event as one flat JSON object."""
-        head = {"type": self.type, "run_id": self.run_id, "root_id": self.root_id,
-                "parent_id": self.parent_id, "at": round(self.at, 6)}
+        head = {
+            "type": self.type,
+            "run_id": self.run_id,
+            "root_id": self.root_id,
+            "parent_id": self.parent_id,
+            "at": round(self.at, 6),
+        }
         return {**head, **self.data}
 
 

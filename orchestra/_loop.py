@@ -54,13 +54,22 @@ async def model_step(run: LiveRun) -> None:
 async def _call(
     run: LiveRun, request: ChatRequest, grant: Grant, prompt_tokens: int
 ) -> ChatReply | None:
-    run.emit("model_request", turn=run.state.turns + 1, model=request.model,
-             prompt_tokens=prompt_tokens, max_tokens=grant.max_tokens)
+    run.emit(
+        "model_request",
+        turn=run.state.turns + 1,
+        model=request.model,
+        prompt_tokens=prompt_tokens,
+        max_tokens=grant.max_tokens,
+    )
     reply: ChatReply | None = None
     try:
         reply = await run.runner.provider.complete(
-            ChatRequest(model=request.model, messages=list(request.messages),
-                        tools=request.tools, max_tokens=grant.max_tokens)
+            ChatRequest(
+                model=request.model,
+                messages=list(request.messages),
+                tools=request.tools,
+                max_tokens=grant.max_tokens,
+            )
         )
     except ProviderError as exc:
         run.finish(Exit(status=Status.FAILED, reason=f"model call failed: {exc}", error=str(exc)))
@@ -78,8 +87,12 @@ def record_reply(run: LiveRun, reply: ChatReply, grant: Grant) -> None:
     if reply.tool_calls:
         return
     if reply.finish_reason == "length" and grant.shrunk:
-        run.finish(Exit(status=Status.BUDGET_EXCEEDED, reason=(
-            f"the reply was cut at {grant.max_tokens} tokens to stay within budget")))
+        run.finish(
+            Exit(
+                status=Status.BUDGET_EXCEEDED,
+                reason=(f"the reply was cut at {grant.max_tokens} tokens to stay within budget"),
+            )
+        )
     else:
         run.finish(Exit(status=Status.COMPLETED, reason=_completion_reason(reply)))
 

@@ -77,5 +77,7 @@ def stop_sentence(result: RunResult) -> str:
     if s.status is Status.COMPLETED:
         return s.answer or ""
     why = f": {s.reason}" if s.reason else ""
-    return (f"{s.agent} stopped: {s.status.value} after {s.turns} turns, "
-            f"spent ${to_usd(s.tree.cost_pico):.4f}{why}")
+    return (
+        f"{s.agent} stopped: {s.status.value} after {s.turns} turns, "
+        f"spent ${to_usd(s.tree.cost_pico):.4f}{why}"
+    )

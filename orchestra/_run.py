@@ -105,8 +105,14 @@ class LiveRun:
         """Send one event about this run to the runner's sinks."""
         s = self.state
         self.runner.emit(
-            Event(type=type_, run_id=s.run_id, root_id=s.root_id, parent_id=s.parent_id,
-                  at=self.runner.now(), data=data)
+            Event(
+                type=type_,
+                run_id=s.run_id,
+                root_id=s.root_id,
+                parent_id=s.parent_id,
+                at=self.runner.now(),
+                data=data,
+            )
         )
 
     def checkpoint(self) -> None:
@@ -118,11 +124,18 @@ class LiveRun:
         """Record the run's one exit, emit ``run_stopped`` and save."""
         s = self.state
         s.status, s.reason, s.error, s.interruption = (
-            exit_.status, exit_.reason, exit_.error, exit_.interruption
+            exit_.status,
+            exit_.reason,
+            exit_.error,
+            exit_.interruption,
         )
         self.emit(
-            "run_stopped", status=s.status.value, reason=s.reason, turns=s.turns,
-            cost_usd=to_usd(s.own.cost_pico), tree_cost_usd=to_usd(s.tree.cost_pico),
+            "run_stopped",
+            status=s.status.value,
+            reason=s.reason,
+            turns=s.turns,
+            cost_usd=to_usd(s.own.cost_pico),
+            tree_cost_usd=to_usd(s.tree.cost_pico),
             interruption=attrs.asdict(s.interruption) if s.interruption else None,
         )
         self.checkpoint()

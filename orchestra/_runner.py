@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 import traceback
 import uuid
+from typing import Any
 
 import attrs
 import trio
@@ -78,7 +79,10 @@ class Runner:
         """
         run_id = run_id or new_run_id()
         state = RunState(
-            run_id=run_id, root_id=run_id, agent=agent.name, model=agent.model,
+            run_id=run_id,
+            root_id=run_id,
+            agent=agent.name,
+            model=agent.model,
             messages=_opening(agent, task),
             limits=(limits or agent.limits).anchored(self.now()),
         )
@@ -87,7 +91,13 @@ class Runner:
         return result_of(live)
 
     async def spawn_child(
-        self, parent: LiveRun, call_id: str, agent: Agent, task: str, *, limits: Limits | None = None
+        self,
+        parent: LiveRun,
+        call_id: str,
+        agent: Agent,
+        task: str,
+        *,
+        limits: Limits | None = None,
     ) -> str:
         """Run ``agent`` as a child of ``parent`` (for call ``call_id``); its answer as text."""
         carved = carve(parent, limits or agent.limits, self.now())
@@ -95,9 +105,14 @@ class Runner:
             return f"{agent.name} was not started: {carved}."
         run_id = new_run_id()
         state = RunState(
-            run_id=run_id, root_id=parent.state.root_id, parent_id=parent.state.run_id,
-            parent_call_id=call_id, agent=agent.name, model=agent.model,
-            messages=_opening(agent, task), limits=carved,
+            run_id=run_id,
+            root_id=parent.state.root_id,
+            parent_id=parent.state.run_id,
+            parent_call_id=call_id,
+            agent=agent.name,
+            model=agent.model,
+            messages=_opening(agent, task),
+            limits=carved,
         )
         child = LiveRun(state=state, agent=agent, runner=self, parent=parent)
         parent.children.append(child)
@@ -107,7 +122,7 @@ class Runner:
         return stop_sentence(result_of(child))
 
 
-def _opening(agent: Agent, task: str) -> list[dict[str, object]]:
+def _opening(agent: Agent, task: str) -> list[dict[str, Any]]:
     if not isinstance(task, str) or not task.strip():
         raise ConfigError("a run needs a non-empty task")
     system = [{"role": "system", "content": agent.instructions}] if agent.instructions else []
@@ -135,16 +150,25 @@ async def execute(run: LiveRun) -> None:
     at it), it records the same and returns normally.
     """
     run.deadline = _trio_deadline(run)
-    run.emit("run_started", agent=run.state.agent, model=run.state.model,
-             limits=attrs.asdict(run.state.limits))
+    run.emit(
+        "run_started",
+        agent=run.state.agent,
+        model=run.state.model,
+        limits=attrs.asdict(run.state.limits),
+    )
     run.checkpoint()
     started = trio.current_time()
     try:
         with trio.CancelScope(deadline=run.deadline) as run.scope:
             await drive(run)
     except Exception as exc:  # a bug or a broken dependency: the run fails, as data
-        run.finish(Exit(status=Status.FAILED, reason=f"internal error: {exc!r}",
-                        error="".join(traceback.format_exception(exc))))
+        run.finish(
+            Exit(
+                status=Status.FAILED,
+                reason=f"internal error: {exc!r}",
+                error="".join(traceback.format_exception(exc)),
+            )
+        )
     finally:
         run.state.elapsed_s += trio.current_time() - started
         if run.state.status is Status.RUNNING:
@@ -157,8 +181,9 @@ def stopped_exit(run: LiveRun) -> Exit:
         if node.cancel_reason is not None:
             return _cancelled(node.cancel_reason)
     if trio.current_time() >= run.deadline:
-        return Exit(status=Status.DEADLINE_EXCEEDED,
-                    reason="deadline reached" + _deadline_owner(run))
+        return Exit(
+            status=Status.DEADLINE_EXCEEDED, reason="deadline reached" + _deadline_owner(run)
+        )
     return _cancelled("cancelled from outside the run")
 
 
@@ -170,4 +195,3 @@ def _deadline_owner(run: LiveRun) -> str:
 def _cancelled(reason: str) -> Exit:
     interruption = Interruption(kind=InterruptionKind.CANCELLED, reason=reason)
     return Exit(status=Status.INTERRUPTED, reason=reason, interruption=interruption)
-

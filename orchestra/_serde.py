@@ -44,9 +44,11 @@ def state_from_dict(data: Any) -> RunState:
     try:
         return _converter.structure(data, RunState)
     except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
-        detail = "; ".join(cattrs.transform_error(exc)) if isinstance(
-            exc, cattrs.BaseValidationError
-        ) else str(exc)
+        detail = (
+            "; ".join(cattrs.transform_error(exc))
+            if isinstance(exc, cattrs.BaseValidationError)
+            else str(exc)
+        )
         raise StateError(f"invalid run state: {detail}") from exc
 
 

@@ -91,7 +91,9 @@ class Tool:
         try:
             jsonschema.Draft202012Validator.check_schema(dict(self.parameters))
         except jsonschema.SchemaError as exc:
-            raise ConfigError(f"tool {self.name}: invalid parameters schema: {exc.message}") from exc
+            raise ConfigError(
+                f"tool {self.name}: invalid parameters schema: {exc.message}"
+            ) from exc
         validator = jsonschema.Draft202012Validator(dict(self.parameters))
         object.__setattr__(self, "_validator", validator)
 
@@ -197,20 +199,40 @@ def schema_from_function(fn: ToolFunction) -> tuple[dict[str, Any], bool]:
         else:
             prop["default"] = param.default
         properties[name] = prop
-    schema = {"type": "object", "properties": properties, "required": required,
-              "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
     return schema, takes_context
 
 
+@typing.overload
+def tool(fn: ToolFunction, /) -> Tool: ...
+
+
+@typing.overload
 def tool(
-    fn: ToolFunction | None = None,
     *,
     name: str | None = None,
     description: str | None = None,
     read_only: bool = False,
     needs_approval: bool = False,
     idempotent: bool = False,
-) -> Any:
+) -> Callable[[ToolFunction], Tool]: ...
+
+
+def tool(
+    fn: ToolFunction | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    read_only: bool = False,
+    needs_approval: bool = False,
+    idempotent: bool = False,
+) -> Tool | Callable[[ToolFunction], Tool]:
     """Make a :class:`Tool` from a typed function (sync or async).
 
     The description is the docstring's first paragraph; parameter descriptions

@@ -1,0 +1,79 @@
+"""The agents behind ``orchestra demo``: one per scripted scenario.
+
+The root agent's model names the scenario; research scenarios give it a
+``research`` tool backed by a ``researcher`` child agent (a chain of three
+for ``deep``). Everything runs against the scripted provider.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ._agent import Agent, ToolPolicy
+from ._catalog import catalog
+from ._exceptions import ConfigError
+from ._state import Limits
+from ._tools import Tool
+
+__all__ = ["RESEARCH_SCENARIOS", "SCENARIOS", "demo_agent"]
+
+SIMPLE_SCENARIOS = ("plan", "runaway", "recover", "permanent", "repeat", "destructive", "slow")
+RESEARCH_SCENARIOS = ("research", "research_runaway", "deep", "slow_tree")
+SCENARIOS = SIMPLE_SCENARIOS + RESEARCH_SCENARIOS
+
+INSTRUCTIONS = (
+    "You are an operations assistant. Use the tools to inspect the working directory "
+    "and answer the user's question in one sentence."
+)
+RESEARCH_INSTRUCTIONS = "You are a researcher. Answer the question using the tools."
+DEEP_LEVELS = 3
+
+TASKS = {
+    "plan": "Why did the nightly job fail?",
+    "slow": "Search the archive for timeouts.",
+    "destructive": "The disk is full; free some space.",
+    "slow_tree": "Scan the archives, children=3.",
+}
+DEFAULT_TASK = "Look into the logs and tell me what went wrong."
+
+
+def _research_tool(directory: Path, child_limits: Limits, policy: ToolPolicy, depth: int) -> Tool:
+    tools = catalog(directory)
+    if depth > 1:
+        tools = (*tools, _research_tool(directory, child_limits, policy, depth - 1))
+    researcher = Agent(
+        name="researcher",
+        model="researcher",
+        instructions=RESEARCH_INSTRUCTIONS,
+        tools=tools,
+        limits=child_limits,
+        policy=policy,
+    )
+    return researcher.as_tool(name="research", description="Research a question with a sub-agent.")
+
+
+def demo_agent(
+    scenario: str, directory: Path, *, limits: Limits, child_limits: Limits, policy: ToolPolicy
+) -> Agent:
+    """The root agent for ``scenario`` over the sandbox ``directory``."""
+    if scenario not in SCENARIOS:
+        raise ConfigError(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
+    tools = catalog(directory)
+    if scenario in RESEARCH_SCENARIOS:
+        depth = DEEP_LEVELS if scenario == "deep" else 1
+        tools = (*tools, _research_tool(directory, child_limits, policy, depth))
+    return Agent(
+        name="assistant",
+        model=scenario,
+        instructions=INSTRUCTIONS,
+        tools=tools,
+        limits=limits,
+        policy=policy,
+    )
+
+
+def demo_task(scenario: str, children: int | None = None) -> str:
+    """The user's message for ``scenario``."""
+    if scenario == "slow_tree" and children is not None:
+        return f"Scan the archives, children={children}."
+    return TASKS.get(scenario, DEFAULT_TASK)

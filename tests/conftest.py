@@ -1,0 +1,65 @@
+"""Shared fixtures: a sandbox directory and runners on the in-process scripted provider."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestra import Agent, Event, Limits, OpenAIProvider, Runner, ToolPolicy
+from orchestra._demo import demo_agent, demo_task
+from orchestra.testing import ScriptedTransport, make_sandbox
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Path:
+    return make_sandbox(tmp_path / "sandbox")
+
+
+@pytest.fixture
+async def provider() -> AsyncIterator[OpenAIProvider]:
+    p = OpenAIProvider(
+        base_url="http://scripted.test/v1", api_key="k", transport=ScriptedTransport()
+    )
+    yield p
+    await p.aclose()
+
+
+@pytest.fixture
+def events() -> list[Event]:
+    return []
+
+
+@pytest.fixture
+def runner(provider: OpenAIProvider, events: list[Event]) -> Runner:
+    return Runner(provider=provider, sink=events.append)
+
+
+@pytest.fixture
+def scenario_agent(sandbox: Path) -> Callable[..., Agent]:
+    def make(
+        name: str,
+        *,
+        limits: Limits | None = None,
+        child_limits: Limits | None = None,
+        policy: ToolPolicy | None = None,
+    ) -> Agent:
+        return demo_agent(
+            name,
+            sandbox,
+            limits=limits or Limits(max_turns=20),
+            child_limits=child_limits or Limits(max_turns=8, max_budget_usd=0.05),
+            policy=policy or ToolPolicy(),
+        )
+
+    return make
+
+
+@pytest.fixture
+def run_scenario(runner: Runner, scenario_agent: Callable[..., Agent]) -> Callable[..., Any]:
+    async def go(name: str, **options: Any) -> Any:
+        return await runner.run(scenario_agent(name, **options), demo_task(name))
+
+    return go

@@ -1,0 +1,200 @@
+"""Tool dispatch: bad model input, error policies, dedupe, ordering."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from orchestra import (
+    Agent,
+    ChatReply,
+    ChatRequest,
+    Limits,
+    PermanentToolError,
+    Runner,
+    Status,
+    ToolPolicy,
+    generic_errors,
+    tool,
+)
+from orchestra._tokens import count_completion, count_prompt
+
+
+class Script:
+    """A provider that plays fixed assistant messages, one per turn."""
+
+    def __init__(self, *turns: dict[str, Any]) -> None:
+        self.turns = turns
+        self.requests: list[ChatRequest] = []
+
+    async def complete(self, request: ChatRequest) -> ChatReply:
+        self.requests.append(request)
+        n = sum(m["role"] == "assistant" for m in request.messages)
+        msg = self.turns[min(n, len(self.turns) - 1)]
+        return ChatReply(
+            message=msg,
+            finish_reason="stop",
+            prompt_tokens=count_prompt(request.messages, request.tools),
+            completion_tokens=count_completion(msg),
+        )
+
+
+def calls(*specs: tuple[str, str]) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": a}}
+            for i, (n, a) in enumerate(specs)
+        ],
+    }
+
+
+DONE = {"role": "assistant", "content": "done"}
+
+
+@tool(read_only=True)
+def echo(text: str) -> str:
+    """Echo text."""
+    return text
+
+
+@tool
+def boom(text: str) -> str:
+    """Always fails."""
+    raise ValueError(f"cannot {text}")
+
+
+@tool
+def forbidden() -> str:
+    """Never allowed."""
+    raise PermanentToolError("permission denied")
+
+
+def tool_messages(result: Any) -> list[str]:
+    return [m["content"] for m in result.state.messages if m["role"] == "tool"]
+
+
+async def run(script: Script, policy: ToolPolicy | None = None, tools=(echo, boom, forbidden)):
+    agent = Agent(
+        name="a", model="m", tools=tools, policy=policy or ToolPolicy(), limits=Limits(max_turns=10)
+    )
+    return await Runner(provider=script).run(agent, "go")
+
+
+async def test_malformed_json_becomes_a_tool_result():
+    result = await run(Script(calls(("echo", "{not json")), DONE))
+    assert result.status is Status.COMPLETED
+    [text] = tool_messages(result)
+    assert text.startswith("Error: invalid arguments for echo") and "Nothing was run" in text
+
+
+async def test_unknown_tool_lists_the_real_ones():
+    result = await run(Script(calls(("nope", "{}")), DONE))
+    [text] = tool_messages(result)
+    assert "no tool named 'nope'" in text and "echo" in text
+
+
+async def test_schema_violation_is_reported():
+    result = await run(Script(calls(("echo", '{"text": 3}')), DONE))
+    [text] = tool_messages(result)
+    assert "text: 3 is not of type 'string'" in text
+
+
+async def test_tool_error_default_wording():
+    result = await run(Script(calls(("boom", '{"text": "fly"}')), DONE))
+    assert tool_messages(result) == ["Error: cannot fly"]
+    assert result.status is Status.COMPLETED
+
+
+async def test_tool_error_custom_wording():
+    result = await run(
+        Script(calls(("boom", '{"text": "fly"}')), DONE), ToolPolicy(error_text=generic_errors)
+    )
+    assert tool_messages(result) == ["Error: something failed."]
+
+
+async def test_fatal_errors_fail_the_run():
+    result = await run(
+        Script(calls(("boom", '{"text": "fly"}')), DONE), ToolPolicy(fatal_errors=True)
+    )
+    assert result.status is Status.FAILED
+    assert "cannot fly" in result.state.reason and result.state.turns == 1
+
+
+async def test_permanent_error_stops_instead_of_looping():
+    script = Script(calls(("forbidden", "{}")))
+    result = await run(script)
+    assert result.status is Status.FAILED
+    assert "permission denied" in result.state.reason
+    assert result.state.own.tool_runs == 1 and len(script.requests) == 1
+
+
+async def test_dedupe_reuses_read_only_results_and_says_so():
+    ran: list[str] = []
+
+    @tool(read_only=True)
+    def look(text: str) -> str:
+        """Look."""
+        ran.append(text)
+        return f"saw {text}"
+
+    script = Script(calls(("look", '{"text":"a"}')), calls(("look", '{ "text": "a" }')), DONE)
+    result = await run(script, ToolPolicy(dedupe=True), tools=(look,))
+    assert ran == ["a"]
+    first, second = tool_messages(result)
+    assert first == "saw a" and second.startswith("saw a\n[Same call as c0")
+
+
+async def test_dedupe_never_skips_writes():
+    ran: list[str] = []
+
+    @tool
+    def write(text: str) -> str:
+        """Write."""
+        ran.append(text)
+        return "ok"
+
+    script = Script(calls(("write", '{"text":"a"}')), calls(("write", '{"text":"a"}')), DONE)
+    await run(script, ToolPolicy(dedupe=True), tools=(write,))
+    assert ran == ["a", "a"]
+
+
+async def test_parallel_reads_run_concurrently_and_results_keep_call_order(autojump_clock):
+    @tool(read_only=True)
+    async def wait(seconds: float) -> str:
+        """Wait."""
+        await trio.sleep(seconds)
+        return f"waited {seconds}"
+
+    script = Script(calls(("wait", '{"seconds": 2}'), ("wait", '{"seconds": 1}')), DONE)
+    start = trio.current_time()
+    result = await run(script, tools=(wait,))
+    assert trio.current_time() - start == 2
+    assert tool_messages(result) == ["waited 2", "waited 1"]
+
+
+async def test_writes_run_in_order_after_reads(autojump_clock):
+    order: list[str] = []
+
+    @tool
+    async def write(name: str) -> str:
+        """Write."""
+        await trio.sleep(1 if name == "w1" else 0)
+        order.append(name)
+        return name
+
+    @tool(read_only=True)
+    async def read(name: str) -> str:
+        """Read."""
+        order.append(name)
+        return name
+
+    script = Script(
+        calls(("write", '{"name":"w1"}'), ("read", '{"name":"r"}'), ("write", '{"name":"w2"}')),
+        DONE,
+    )
+    result = await run(script, tools=(write, read))
+    assert order == ["r", "w1", "w2"]
+    assert tool_messages(result) == ["w1", "r", "w2"]

@@ -1,0 +1,79 @@
+"""Run state: lossless JSON round trip and schema versions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from orchestra import (
+    Approval,
+    Interruption,
+    InterruptionKind,
+    Limits,
+    RunState,
+    SchemaVersionError,
+    StateError,
+    Status,
+    Usage,
+    state_from_json,
+    state_to_json,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+json_scalars = st.none() | st.booleans() | st.integers(-(10**9), 10**9) | st.text(max_size=20)
+messages = st.lists(
+    st.fixed_dictionaries(
+        {"role": st.sampled_from(["user", "assistant", "tool"]), "content": st.text(max_size=40)}
+    ),
+    max_size=5,
+)
+
+
+@given(
+    messages=messages,
+    status=st.sampled_from(list(Status)),
+    cost=st.integers(0, 10**15),
+    args=st.dictionaries(st.text(max_size=8), json_scalars, max_size=4),
+    max_budget=st.none() | st.floats(0, 100, allow_nan=False),
+)
+def test_round_trip_is_lossless(messages, status, cost, args, max_budget):
+    state = RunState(
+        run_id="r1",
+        root_id="r0",
+        parent_id="r0",
+        agent="a",
+        model="m",
+        messages=messages,
+        status=status,
+        own=Usage(cost_pico=cost, model_calls=2),
+        tree=Usage(cost_pico=cost * 2),
+        interruption=Interruption(kind=InterruptionKind.APPROVAL, call_id="c", arguments=args),
+        approvals=[Approval(call_id="c", arguments=args)],
+        rejections={"d": "no"},
+        limits=Limits(max_turns=3, max_budget_usd=max_budget),
+        children={"c": "r2"},
+    )
+    assert state_from_json(state_to_json(state)) == state
+
+
+def test_unknown_schema_version_is_refused_clearly():
+    data = json.loads((FIXTURES / "state-v1.json").read_text())
+    data["schema_version"] = 99
+    with pytest.raises(SchemaVersionError, match="schema version 99"):
+        state_from_json(json.dumps(data))
+
+
+def test_stored_v1_fixture_still_loads():
+    state = state_from_json((FIXTURES / "state-v1.json").read_text())
+    assert state.status is Status.COMPLETED and state.turns == 3
+
+
+@pytest.mark.parametrize("text", ["not json", "[]", '{"schema_version": 1, "run_id": 5}'])
+def test_garbage_is_a_state_error(text):
+    with pytest.raises(StateError):
+        state_from_json(text)
