@@ -19,6 +19,7 @@ provider's prompt count stays within that margin of ours.
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
 import attrs
 
@@ -26,6 +27,8 @@ from ._money import to_usd
 from ._provider import ChatReply
 from ._run import Exit, LiveRun
 from ._state import Limits, Status, Usage
+
+_N = TypeVar("_N", int, float)
 
 __all__ = ["MIN_COMPLETION", "Grant", "Margin", "carve", "check_turns", "reserve", "settle"]
 
@@ -123,14 +126,18 @@ def carve(parent: LiveRun, requested: Limits, now: float) -> Limits | str:
     if budget is not None:
         if budget <= 0:
             return f"the parent run has no budget left (${to_usd(max(budget, 0)):.6f})"
-        asked = limits.max_budget_usd
-        limits = attrs.evolve(limits, max_budget_usd=min(to_usd(budget), asked or math.inf))
+        limits = attrs.evolve(limits, max_budget_usd=_least(to_usd(budget), limits.max_budget_usd))
     turns = parent.available_turns()
     if turns is not None:
         if turns[0] <= 0:
             return "the parent run has no model calls left"
-        limits = attrs.evolve(limits, max_turns=min(turns[0], limits.max_turns or turns[0]))
+        limits = attrs.evolve(limits, max_turns=_least(turns[0], limits.max_turns))
     deadline = parent.state.limits.deadline
     if deadline is not None:
-        limits = attrs.evolve(limits, deadline=min(deadline, limits.deadline or deadline))
+        limits = attrs.evolve(limits, deadline=_least(deadline, limits.deadline))
     return limits
+
+
+def _least(parents: _N, asked: _N | None) -> _N:
+    """The parent's remaining value, or the child's request if that is smaller."""
+    return parents if asked is None else min(parents, asked)

@@ -140,7 +140,7 @@ def _limits(max_turns: int | None, max_budget: float | None, timeout: float | No
     "--timeout", type=click.FloatRange(min=0), default=None, help="Seconds for the whole tree."
 )
 @click.option("--child-budget", type=click.FloatRange(min=0), default=0.05, show_default=True)
-@click.option("--child-turns", type=click.IntRange(min=0), default=6, show_default=True)
+@click.option("--child-turns", type=click.IntRange(min=0), default=8, show_default=True)
 @click.option("--children", type=click.IntRange(min=1), default=None, help="slow_tree: how many.")
 @click.option("--dedupe", is_flag=True, help="Answer repeated read-only calls from the transcript.")
 @click.option(

@@ -142,15 +142,15 @@ class MessageCounter:
     def __init__(self) -> None:
         self._seen: list[Mapping[str, Any]] = []
         self._total = 0
-        self._tools_key: object = None
+        self._tools_key: list[Mapping[str, Any]] | None = None
         self._tools = 0
 
     def count(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
     ) -> int:
         """Prompt tokens of ``messages`` with ``tools``, as :func:`count_prompt` would say."""
-        if tools is not self._tools_key:
-            self._tools_key, self._tools = tools, count_tools(tools)
+        if tools != self._tools_key:
+            self._tools_key, self._tools = list(tools or ()), count_tools(tools)
         if not self._extends(messages):
             self._seen, self._total = [], 0
         for message in messages[len(self._seen) :]:
