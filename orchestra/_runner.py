@@ -20,13 +20,21 @@ import trio
 from ._agent import Agent
 from ._budget import Margin, carve
 from ._events import Event, EventSink
-from ._exceptions import ConfigError
+from ._exceptions import ConfigError, StateError
 from ._loop import drive
 from ._money import PriceTable
 from ._provider import Provider
 from ._result import RunResult, stop_sentence
 from ._run import Exit, LiveRun
-from ._state import Interruption, InterruptionKind, Limits, RunState, Status, Usage
+from ._state import (
+    Interruption,
+    InterruptionKind,
+    LimitRaise,
+    Limits,
+    RunState,
+    Status,
+    Usage,
+)
 from ._store import MemoryStore, Store
 
 __all__ = ["Runner"]
@@ -90,6 +98,28 @@ class Runner:
         await execute(live)
         return result_of(live)
 
+    async def resume(
+        self, run_id: str, agent: Agent, *, limits: Limits | None = None, note: str = ""
+    ) -> RunResult:
+        """Continue a saved root run from where it stopped; its result.
+
+        What was spent and the turns taken carry over: a run stopped by a limit
+        stops again at once unless ``limits`` raises it. A raise is recorded in
+        ``state.limit_raises``. Pending tool calls run first, on the same path
+        as in a fresh run; saved model replies are never requested again.
+
+        Raises:
+            RunNotFound: no such run in the store.
+            StateError: the run is a child run, or its status cannot be resumed.
+        """
+        state = self.store.load(run_id)
+        if state.parent_id is not None:
+            raise StateError(f"run {run_id} is a child run; resume its root {state.root_id}")
+        live = LiveRun(state=state, agent=agent, runner=self)
+        _reopen(live, limits, note)
+        await execute(live)
+        return result_of(live)
+
     async def spawn_child(
         self,
         parent: LiveRun,
@@ -99,7 +129,20 @@ class Runner:
         *,
         limits: Limits | None = None,
     ) -> str:
-        """Run ``agent`` as a child of ``parent`` (for call ``call_id``); its answer as text."""
+        """Run ``agent`` as a child of ``parent`` (for call ``call_id``); its answer as text.
+
+        If this call already has a child (the parent was resumed), that child is
+        resumed if it was waiting or interrupted, and otherwise its saved outcome
+        is returned: a child is never run twice for one call.
+        """
+        existing = parent.state.children.get(call_id)
+        if existing is not None:
+            child = LiveRun(state=self.store.load(existing), agent=agent, runner=self, parent=parent)
+            parent.children.append(child)
+            if child.state.status in (Status.RUNNING, Status.INTERRUPTED):
+                _reopen(child, None, "")
+                await execute(child)
+            return stop_sentence(result_of(child))
         carved = carve(parent, limits or agent.limits, self.now())
         if isinstance(carved, str):
             return f"{agent.name} was not started: {carved}."
@@ -120,6 +163,20 @@ class Runner:
         parent.charge(Usage(child_runs=1))
         await execute(child)
         return stop_sentence(result_of(child))
+
+
+def _reopen(run: LiveRun, limits: Limits | None, note: str) -> None:
+    """Make a saved run ready to continue (recording any raise of its limits)."""
+    state = run.state
+    if not state.status.resumable:
+        raise StateError(f"run {state.run_id} ended {state.status.value}; it cannot be resumed")
+    if limits is not None:
+        after = limits.anchored(run.runner.now())
+        state.limit_raises.append(
+            LimitRaise(at=run.runner.now(), before=state.limits, after=after, note=note)
+        )
+        state.limits = after
+    state.status, state.reason, state.interruption, state.error = Status.RUNNING, "", None, None
 
 
 def _opening(agent: Agent, task: str) -> list[dict[str, Any]]:
