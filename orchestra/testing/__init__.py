@@ -1,0 +1,39 @@
+"""Testing helpers: a scripted, deterministic OpenAI-shaped provider and its sandbox.
+
+The scripted provider answers chat completions with a pure function of the
+request (:func:`reply`); the request's ``model`` names a scenario from
+:data:`SCENARIOS`. Use it over a real socket (:func:`serve_scripted`,
+:func:`scripted_server`) or in-process (:class:`ScriptedTransport`). Its
+scenarios call tools that work on the files of :data:`SANDBOX_FILES`;
+:func:`make_sandbox` writes them to a directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ._scenarios import SANDBOX_FILES, SCENARIOS, Scenario, ScriptError, reply
+from ._server import scripted_server, serve_scripted
+from ._transport import ScriptedTransport
+
+__all__ = [
+    "SANDBOX_FILES",
+    "SCENARIOS",
+    "Scenario",
+    "ScriptError",
+    "ScriptedTransport",
+    "make_sandbox",
+    "reply",
+    "scripted_server",
+    "serve_scripted",
+]
+
+
+def make_sandbox(path: str | os.PathLike[str]) -> Path:
+    """Write :data:`SANDBOX_FILES` into directory ``path`` (created if needed); returns it."""
+    root = Path(path)
+    root.mkdir(parents=True, exist_ok=True)
+    for name, text in SANDBOX_FILES.items():
+        (root / name).write_text(text, encoding="utf-8")
+    return root

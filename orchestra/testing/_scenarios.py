@@ -1,0 +1,585 @@
+"""The scripted provider's logic: a chat completion as a pure function of its request.
+
+Each scenario is a small script: given a :class:`Conversation` (a read-only
+view of the request's messages) it picks the next assistant message, either
+prose or tool calls. :func:`reply` wraps that message in a full
+``chat.completion`` object, counting usage with :mod:`orchestra._tokens` so the
+numbers agree exactly with what our client reserves.
+
+The bottom of the module describes the HTTP surface as data
+(:func:`answer`), shared by the socket server and the in-process transport,
+so both give the same routes, bodies and errors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Final, TypeAlias
+
+import attrs
+
+from .._tokens import count_completion, count_prompt, count_text, encoding
+
+__all__ = [
+    "LATENCY_HEADER",
+    "SANDBOX_FILES",
+    "SCENARIOS",
+    "Answer",
+    "Conversation",
+    "Scenario",
+    "ScriptError",
+    "answer",
+    "reply",
+]
+
+Call: TypeAlias = tuple[str, Mapping[str, Any]]
+"""One tool call a script makes: the tool's name and its arguments."""
+Step: TypeAlias = str | tuple[Call, ...]
+"""What a script says next: prose, or one message of tool calls."""
+
+SANDBOX_FILES: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "errors.log": (
+            "2026-11-30T04:11:58Z INFO scheduler started 8 workers\n"
+            "2026-11-30T04:12:09Z ERROR worker 7 timed out after 30000 ms\n"
+            "2026-11-30T04:12:10Z INFO worker 7 restarted\n"
+        ),
+        "access.log": (
+            "10.0.0.4 GET /health 200 2ms\n"
+            "10.0.0.9 POST /jobs 202 41ms\n"
+            "10.0.0.9 GET /jobs/7 504 30001ms\n"
+            "10.0.0.4 GET /health 200 3ms\n"
+        ),
+        "notes.txt": (
+            "When a worker times out, restart it once and then read errors.log. "
+            "The scheduler runs eight workers with a thirty second deadline each. "
+            "Slow requests show up in access.log with status 504. "
+            "Page the on-call engineer only if restarts do not help, "
+            "and never delete logs before the incident review."
+        ),
+    }
+)
+"""The files of the scenarios' sandbox directory, by name (each well under 80 tokens)."""
+
+PLAN_ANSWER: Final = "errors.log mentions a timeout: worker 7 timed out after 30000 ms."
+GIVE_UP_ANSWER: Final = "I could not find the log I needed, so I cannot tell what went wrong."
+DELETED_ANSWER: Final = "Deleted access.log to free space."
+MAX_DEPTH: Final = 3
+"""The ``researcher`` stops delegating at ``[depth 3]``: three levels below the root."""
+MAX_CHILDREN: Final = 100
+
+
+class ScriptError(Exception):
+    """A request the scripted provider refuses, with its HTTP status and error code."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+    def body(self) -> dict[str, Any]:
+        """The OpenAI-shaped error object sent back for this error."""
+        return _error_body(self.message, self.code)
+
+
+def _error_body(message: str, code: str, kind: str = "invalid_request_error") -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "code": code}}
+
+
+def _invalid(code: str, message: str) -> ScriptError:
+    return ScriptError(400, code, message)
+
+
+# -- the conversation, as scripts see it --------------------------------------------------
+
+
+def _text(content: object) -> str:
+    """The text of a message's content: a string, or the text parts of a list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = (p.get("text") for p in content if isinstance(p, Mapping))
+        return "".join(t for t in parts if isinstance(t, str))
+    return ""
+
+
+def _as_tuple(messages: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+    return tuple(messages)
+
+
+@attrs.frozen
+class Conversation:
+    """A read-only view of a request's messages, with the few facts scripts need."""
+
+    messages: tuple[Mapping[str, Any], ...] = attrs.field(converter=_as_tuple)
+
+    @property
+    def turn(self) -> int:
+        """The number of assistant messages so far: 0 on the first request."""
+        return sum(1 for m in self.messages if m.get("role") == "assistant")
+
+    @property
+    def tool_messages(self) -> tuple[Mapping[str, Any], ...]:
+        """The tool messages so far, in order."""
+        return tuple(m for m in self.messages if m.get("role") == "tool")
+
+    @property
+    def question(self) -> str:
+        """The text of the first user message ("" if there is none)."""
+        users = (m for m in self.messages if m.get("role") == "user")
+        return _text(next(users, {}).get("content"))
+
+    @property
+    def last_tool(self) -> str:
+        """The content of the last tool message ("" if there is none)."""
+        tools = self.tool_messages
+        return _text(tools[-1].get("content")) if tools else ""
+
+    def result(self, turn: int, index: int) -> str:
+        """The answer to tool call ``index`` of assistant message ``turn`` ("" if missing).
+
+        Matched by ``tool_call_id``; failing that, by position among the tool
+        messages that follow that assistant message.
+        """
+        call_id = f"call_{turn}_{index}"
+        for message in self.tool_messages:
+            if message.get("tool_call_id") == call_id:
+                return _text(message.get("content"))
+        after = self._replies_to(turn)
+        return _text(after[index].get("content")) if index < len(after) else ""
+
+    def results(self, turn: int, count: int) -> list[str]:
+        """The answers to the first ``count`` tool calls of assistant message ``turn``."""
+        return [self.result(turn, i) for i in range(count)]
+
+    def _replies_to(self, turn: int) -> list[Mapping[str, Any]]:
+        seen, replies = -1, []
+        for message in self.messages:
+            if message.get("role") == "assistant":
+                seen += 1
+            elif seen == turn and message.get("role") == "tool":
+                replies.append(message)
+        return replies
+
+
+# -- scenarios -----------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Scenario:
+    """A named script: which assistant message to send at each point of a conversation."""
+
+    name: str
+    description: str
+    script: Callable[[Conversation], Step]
+
+    def __call__(self, conversation: Conversation) -> dict[str, Any]:
+        """The assistant message this scenario sends next in ``conversation``."""
+        return _render(self.script(conversation), conversation.turn)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _render(step: Step, turn: int) -> dict[str, Any]:
+    if isinstance(step, str):
+        return {"role": "assistant", "content": step}
+    calls = [
+        {"id": f"call_{turn}_{i}", "type": "function", "function": _function(name, args)}
+        for i, (name, args) in enumerate(step)
+    ]
+    return {"role": "assistant", "content": None, "tool_calls": calls}
+
+
+def _function(name: str, arguments: Mapping[str, Any]) -> dict[str, str]:
+    return {"name": name, "arguments": _compact(dict(arguments))}
+
+
+_REGISTRY: dict[str, Scenario] = {}
+SCENARIOS: Final[Mapping[str, Scenario]] = MappingProxyType(_REGISTRY)
+"""Every scenario by name; a request's ``model`` picks one."""
+
+_Script: TypeAlias = Callable[[Conversation], Step]
+
+
+def _scenario(name: str, description: str) -> Callable[[_Script], _Script]:
+    def register(script: _Script) -> _Script:
+        _REGISTRY[name] = Scenario(name, description, script)
+        return script
+
+    return register
+
+
+def _at(turn: int, *steps: Step) -> Step:
+    """Step ``turn`` of a fixed script; past its end, the last step again."""
+    return steps[min(max(turn, 0), len(steps) - 1)]
+
+
+def _call(name: str, **arguments: Any) -> Call:
+    return (name, arguments)
+
+
+def _read(path: str) -> Call:
+    return _call("read_file", path=path)
+
+
+def _research(*questions: str) -> tuple[Call, ...]:
+    return tuple(_call("research", question=q) for q in questions)
+
+
+def _findings(results: Sequence[str]) -> str:
+    items = (f"{i}) {r.strip() or '(no answer)'}" for i, r in enumerate(results, 1))
+    return "Findings: " + " ".join(items)
+
+
+_LIST: Final = (_call("list_files"),)
+_READ_ERRORS: Final = (_read("errors.log"),)
+_READ_NOTES: Final = (_read("notes.txt"),)
+_QUESTIONS: Final = (
+    "What does errors.log say went wrong?",
+    "Which requests in access.log failed?",
+    "What do the notes in notes.txt advise?",
+)
+
+
+@_scenario("plan", "list the files, read errors.log, then name the timeout it mentions")
+def _plan(c: Conversation) -> Step:
+    return _at(c.turn, _LIST, _READ_ERRORS, PLAN_ANSWER)
+
+
+@_scenario("runaway", "read notes.txt every turn and never answer")
+def _runaway(c: Conversation) -> Step:
+    return _READ_NOTES
+
+
+@_scenario("recover", "read a missing log; recover via list_files if the error says so")
+def _recover(c: Conversation) -> Step:
+    if c.turn == 0:
+        return (_read("timeout.log"),)
+    if "list_files" not in c.result(0, 0):
+        return GIVE_UP_ANSWER
+    return _at(c.turn - 1, _LIST, _READ_ERRORS, PLAN_ANSWER)
+
+
+@_scenario("permanent", "read /var/secrets/payroll.db every turn, a read never allowed")
+def _permanent(c: Conversation) -> Step:
+    return (_read("/var/secrets/payroll.db"),)
+
+
+@_scenario("repeat", "read errors.log twice in a row, then answer as plan")
+def _repeat(c: Conversation) -> Step:
+    return _at(c.turn, _READ_ERRORS, _READ_ERRORS, PLAN_ANSWER)
+
+
+@_scenario("destructive", "delete access.log, then report what the tool said (lies if silent)")
+def _destructive(c: Conversation) -> Step:
+    if c.turn < 2:
+        return _at(c.turn, _LIST, (_call("delete_file", path="access.log"),))
+    outcome = c.last_tool.strip()
+    if not outcome or outcome.startswith("Deleted"):
+        return DELETED_ANSWER
+    return f"I did not delete access.log; nothing was deleted. ({outcome})"
+
+
+@_scenario("slow", "scan the archive (a slow tool), then quote its result")
+def _slow(c: Conversation) -> Step:
+    scan = (_call("scan_archive", query="timeout", seconds=3.0),)
+    return _at(c.turn, scan, f"The archive scan found: {c.result(0, 0)}")
+
+
+@_scenario("research", "ask three research questions at once, then combine the answers")
+def _research_parent(c: Conversation) -> Step:
+    return _at(c.turn, _research(*_QUESTIONS), _findings(c.results(0, len(_QUESTIONS))))
+
+
+@_scenario("research_runaway", "ask a runaway and a normal research question, then combine")
+def _research_runaway(c: Conversation) -> Step:
+    calls = _research("[runaway] Summarise notes.txt.", _QUESTIONS[0])
+    return _at(c.turn, calls, _findings(c.results(0, len(calls))))
+
+
+@_scenario("deep", "delegate to a researcher that delegates down to [depth 3]")
+def _deep(c: Conversation) -> Step:
+    calls = _research(f"[depth 1] {_QUESTIONS[0]}")
+    return _at(c.turn, calls, f"Deep findings: {c.result(0, 0)}")
+
+
+@_scenario("slow_tree", "start N slow researchers at once (children=N, default 3), combine")
+def _slow_tree(c: Conversation) -> Step:
+    match = re.search(r"children=(\d{1,6})", c.question)
+    n = min(max(int(match[1]), 1), MAX_CHILDREN) if match else 3
+    calls = _research(*(f"[slow] archive {i}" for i in range(1, n + 1)))
+    return _at(c.turn, calls, _findings(c.results(0, n)))
+
+
+@_scenario("researcher", "the child agent: [runaway], [depth N], [slow] or a short plan")
+def _researcher(c: Conversation) -> Step:
+    question = c.question
+    if "[runaway]" in question:
+        return _READ_NOTES
+    depth = re.search(r"\[depth (\d{1,6})\]", question)
+    if depth and int(depth[1]) < MAX_DEPTH:
+        return _delegate(c, int(depth[1]), (question[: depth.start()] + question[depth.end() :]))
+    if "[slow]" in question:
+        scan = (_call("scan_archive", query=question, seconds=3.0),)
+        return _at(c.turn, scan, f"The archive scan found: {c.result(0, 0)}")
+    return _look_up(c, _named_file(question))
+
+
+def _delegate(c: Conversation, depth: int, rest: str) -> Step:
+    calls = _research(f"[depth {depth + 1}] {rest.strip()}")
+    return _at(c.turn, calls, f"depth {depth}: {c.result(0, 0)}")
+
+
+def _named_file(question: str) -> str:
+    named = [name for name in SANDBOX_FILES if name in question]
+    return min(named, key=question.find, default="errors.log")
+
+
+def _look_up(c: Conversation, name: str) -> Step:
+    return _at(c.turn, _LIST, (_read(name),), _gist(name, c.result(1, 0)))
+
+
+def _gist(name: str, content: str) -> str:
+    """One sentence about a file, from its most telling line."""
+    lines = [line.strip() for line in content.splitlines() if line.strip()]
+    if not lines:
+        return f"{name} turned out to be empty."
+    line = next((x for x in lines if "ERROR" in x or " 504" in x), lines[0])
+    return f"{name} says: {line.split('. ')[0].rstrip('.')}."
+
+
+# -- requests and replies --------------------------------------------------------------------
+
+_ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+@attrs.frozen
+class _Request:
+    model: str
+    messages: tuple[Mapping[str, Any], ...]
+    tools: list[Any] | None
+    limit: int | None
+
+
+def reply(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The full ``chat.completion`` response to a decoded request body.
+
+    Raises :class:`ScriptError` for a request the provider refuses.
+    """
+    req = _parse(request)
+    scripted = SCENARIOS[req.model](Conversation(req.messages))
+    message, finish = _clip_message(scripted, req.limit)
+    prompt, completion = count_prompt(req.messages, req.tools), count_completion(message)
+    return {
+        "id": f"chatcmpl-{_digest(req)}",
+        "object": "chat.completion",
+        "created": 0,
+        "model": req.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        },
+    }
+
+
+def _parse(request: object) -> _Request:
+    if not isinstance(request, Mapping):
+        raise _invalid("invalid_request", "the request body must be a JSON object")
+    if request.get("stream"):
+        raise _invalid("unsupported_value", "streaming is not supported by the scripted provider")
+    model, messages = request.get("model"), _messages(request.get("messages"))
+    tools, limit = _tools(request.get("tools")), _limit(request)
+    if not isinstance(model, str):
+        raise _invalid("missing_model", "'model' must be a string naming a scenario")
+    if model not in SCENARIOS:
+        raise ScriptError(404, "model_not_found", f"The model `{model}` does not exist.")
+    return _Request(model, messages, tools, limit)
+
+
+def _messages(value: object) -> tuple[Mapping[str, Any], ...]:
+    if not isinstance(value, list) or not value:
+        raise _invalid("invalid_messages", "'messages' must be a non-empty array")
+    for i, message in enumerate(value):
+        _check_message(i, message)
+    return tuple(value)
+
+
+def _check_message(i: int, message: object) -> None:
+    if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+        raise _invalid("invalid_messages", f"messages[{i}] must be an object with a 'role'")
+    if message["role"] not in _ROLES:
+        raise _invalid("invalid_messages", f"messages[{i}].role must be one of {sorted(_ROLES)}")
+    if not isinstance(message.get("content"), str | list | None):
+        raise _invalid("invalid_messages", f"messages[{i}].content must be a string or array")
+    if not _valid_calls(message.get("tool_calls")):
+        raise _invalid("invalid_messages", f"messages[{i}].tool_calls is malformed")
+
+
+def _valid_calls(calls: object) -> bool:
+    if calls is None:
+        return True
+    return isinstance(calls, list) and all(
+        isinstance(c, Mapping) and isinstance(c.get("function"), Mapping) for c in calls
+    )
+
+
+def _tools(value: object) -> list[Any] | None:
+    if value is not None and not isinstance(value, list):
+        raise _invalid("invalid_tools", "'tools' must be an array")
+    return value
+
+
+def _limit(request: Mapping[str, Any]) -> int | None:
+    keys = ("max_completion_tokens", "max_tokens")
+    limits = [request[k] for k in keys if request.get(k) is not None]
+    for value in limits:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise _invalid("invalid_max_tokens", "max_tokens must be an integer of at least 1")
+    return min(limits, default=None)
+
+
+def _digest(req: _Request) -> str:
+    canonical = json.dumps(attrs.asdict(req), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()[:24]
+
+
+def _clip_message(message: dict[str, Any], limit: int | None) -> tuple[dict[str, Any], str]:
+    """Honour ``max_tokens``: over the limit, the text is cut and tool calls dropped."""
+    finish = "tool_calls" if message.get("tool_calls") else "stop"
+    if limit is None or count_completion(message) <= limit:
+        return message, finish
+    text = message.get("content") or _calls_text(message["tool_calls"])
+    return {"role": "assistant", "content": _clip(text, limit)}, "length"
+
+
+def _calls_text(calls: Sequence[Mapping[str, Any]]) -> str:
+    """Tool calls as JSON text: ``[{"name":...,"arguments":{...}}]``."""
+    functions = (c["function"] for c in calls)
+    rendered = [{"name": f["name"], "arguments": json.loads(f["arguments"])} for f in functions]
+    return _compact(rendered)
+
+
+def _clip(text: str, limit: int) -> str:
+    """The longest prefix of ``text`` of at most ``limit`` tokens (exactly ``limit`` if it can)."""
+    tokens = encoding().encode(text, disallowed_special=())
+    for n in range(min(limit, len(tokens)), 0, -1):
+        prefix = encoding().decode_bytes(tokens[:n]).decode("utf-8", errors="ignore")
+        if count_text(prefix) <= limit:
+            return prefix
+    return ""
+
+
+# -- the HTTP surface, as data -------------------------------------------------------------
+
+LATENCY_HEADER: Final = "x-scripted-latency-ms"
+"""Request header overriding the server's latency for one chat request, in milliseconds."""
+
+
+@attrs.frozen
+class Answer:
+    """An HTTP response as data: status, JSON body, extra headers, and how long to wait first."""
+
+    status: int
+    body: Mapping[str, Any]
+    delay: float = 0.0
+    headers: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def content(self) -> bytes:
+        """The body, encoded as compact UTF-8 JSON."""
+        return json.dumps(self.body, separators=(",", ":")).encode()
+
+
+_Handler: TypeAlias = Callable[[bytes, float, str | None], Answer]
+
+
+def answer(
+    method: str,
+    target: str,
+    body: bytes = b"",
+    *,
+    latency: float = 0.0,
+    latency_ms: str | None = None,
+) -> Answer:
+    """The response to one HTTP request, as data.
+
+    ``target`` is the request path (a query string is ignored), ``latency``
+    the server's delay before chat replies and ``latency_ms`` the value of the
+    :data:`LATENCY_HEADER` request header, if any.
+    """
+    path = target.split("?", 1)[0]
+    route = _ROUTES.get(path)
+    if route is None:
+        return Answer(404, _error_body(f"Invalid URL ({method} {path})", "unknown_url"))
+    allowed, handler = route
+    if method.upper() != allowed:
+        body_ = _error_body(f"Method {method} not allowed for {path}", "method_not_allowed")
+        return Answer(405, body_, headers=(("allow", allowed),))
+    return handler(body, latency, latency_ms)
+
+
+def _chat(body: bytes, latency: float, latency_ms: str | None) -> Answer:
+    try:
+        delay = _delay(latency, latency_ms)
+    except ScriptError as exc:
+        return Answer(exc.status, exc.body())
+    try:
+        return Answer(200, reply(_decode(body)), delay)
+    except ScriptError as exc:
+        return Answer(exc.status, exc.body(), delay)
+    except RecursionError:
+        return Answer(400, _error_body("the request is nested too deeply", "invalid_json"), delay)
+
+
+def _delay(latency: float, latency_ms: str | None) -> float:
+    if latency_ms is None:
+        return latency
+    try:
+        delay = float(latency_ms) / 1000
+    except ValueError:
+        delay = -1.0
+    if not 0 <= delay < float("inf"):
+        raise _invalid("invalid_latency", f"{LATENCY_HEADER} must be a number >= 0")
+    return delay
+
+
+def _decode(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise _invalid("invalid_json", f"the request body is not valid JSON: {exc}") from None
+
+
+def _health(body: bytes, latency: float, latency_ms: str | None) -> Answer:
+    return Answer(200, {"status": "ok"})
+
+
+def _models(body: bytes, latency: float, latency_ms: str | None) -> Answer:
+    data = [
+        {
+            "id": s.name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "orchestra-scripted",
+            "description": s.description,
+        }
+        for s in SCENARIOS.values()
+    ]
+    return Answer(200, {"object": "list", "data": data})
+
+
+_ROUTES: Final[Mapping[str, tuple[str, _Handler]]] = {
+    "/v1/chat/completions": ("POST", _chat),
+    "/chat/completions": ("POST", _chat),
+    "/health": ("GET", _health),
+    "/v1/models": ("GET", _models),
+}
