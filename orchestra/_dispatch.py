@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 import trio
 
-from ._run import Exit, LiveRun
+from ._run import ChildWaiting, Exit, LiveRun
 from ._state import Interruption, InterruptionKind, RunState, Status, Usage
 from ._tools import Tool, ToolContext, ToolInputError
 
@@ -64,6 +64,7 @@ def flush_results(run: LiveRun) -> None:
             text = state.results.pop(call["id"])
             state.messages.append({"role": "tool", "tool_call_id": call["id"], "content": text})
     state.results.clear()
+    state.started.clear()  # only calls of the open message can be in doubt
     run.checkpoint()
 
 
@@ -127,14 +128,45 @@ def _deduped(cache: dict[str, tuple[str, str]], call: Call) -> str | None:
     )
 
 
-def _approval_gate(run: LiveRun, call: Call) -> str | bool:
-    """A rejection text, True if the call may run, False if it waits for a human."""
-    if not call.tool.needs_approval:
-        return True
+def _approved(run: LiveRun, call: Call) -> bool:
+    return any(a.call_id == call.id and a.arguments == call.arguments for a in run.state.approvals)
+
+
+def gate(run: LiveRun, call: Call) -> str | Interruption | None:
+    """What stands before a call: a rejection text, a wait for a human, or nothing.
+
+    A write that started in an earlier process and left no result is *in doubt*
+    (it may or may not have happened): it is not run again blindly unless the
+    tool is idempotent or a human approves it again.
+    """
     if call.id in run.state.rejections:
         reason = run.state.rejections[call.id]
         return f"Rejected by the user: {reason}" if reason else run.agent.policy.rejection_text
-    return any(a.call_id == call.id and a.arguments == call.arguments for a in run.state.approvals)
+    if _approved(run, call):
+        return None
+    tool = call.tool
+    if call.id in run.state.started and not (tool.read_only or tool.idempotent):
+        return _waiting(
+            run,
+            call,
+            InterruptionKind.UNKNOWN_OUTCOME,
+            f"{tool.name} started before the process stopped and its outcome is "
+            "unknown; approve to run it again, or reject saying what happened",
+        )
+    if tool.needs_approval:
+        return _waiting(run, call, InterruptionKind.APPROVAL, f"{tool.name} needs approval")
+    return None
+
+
+def _waiting(run: LiveRun, call: Call, kind: InterruptionKind, reason: str) -> Interruption:
+    return Interruption(
+        kind=kind,
+        run_id=run.state.run_id,
+        call_id=call.id,
+        tool=call.tool.name,
+        arguments=call.arguments,
+        reason=reason,
+    )
 
 
 # -- running ------------------------------------------------------------------
@@ -142,6 +174,10 @@ def _approval_gate(run: LiveRun, call: Call) -> str | bool:
 
 async def dispatch(run: LiveRun, calls: list[dict[str, Any]]) -> None:
     """Give every pending call a result, or stop the run (approval, fatal error).
+
+    Read-only calls that need nobody's approval run concurrently; the others
+    then run one by one in the model's order, each after its gate; the first
+    that must wait for a human stops the run there.
 
     Cancellation: a checkpoint. Results recorded before a cancel are kept.
     """
@@ -151,22 +187,21 @@ async def dispatch(run: LiveRun, calls: list[dict[str, Any]]) -> None:
         checked = _check(run, raw)
         text = checked if isinstance(checked, str) else _deduped(cache, checked)
         if text is not None:
-            run.emit(
-                "tool_result",
-                tool=str(raw.get("function", {}).get("name")),
-                call_id=raw["id"],
-                ms=0.0,
-                ok=False,
-                decided=True,
-                result=text[:200],
-            )
-            record_result(run, raw["id"], text)
+            _decided(run, str(raw.get("function", {}).get("name")), raw["id"], text)
         elif isinstance(checked, Call):
             ready.append(checked)
-    await _run_concurrently(run, [c for c in ready if c.tool.read_only])
-    for call in (c for c in ready if not c.tool.read_only):
-        if run.state.status is not Status.RUNNING or not await _run_write(run, call):
+    free = [c for c in ready if c.tool.read_only and gate(run, c) is None]
+    await _run_concurrently(run, free)
+    for call in (c for c in ready if c not in free):
+        if run.state.status is not Status.RUNNING or not await _run_gated(run, call):
             return
+
+
+def _decided(run: LiveRun, tool: str, call_id: str, text: str) -> None:
+    run.emit(
+        "tool_result", tool=tool, call_id=call_id, ms=0.0, ok=False, decided=True, result=text[:200]
+    )
+    record_result(run, call_id, text)
 
 
 async def _run_concurrently(run: LiveRun, calls: list[Call]) -> None:
@@ -178,41 +213,32 @@ async def _run_concurrently(run: LiveRun, calls: list[Call]) -> None:
             nursery.start_soon(run_call, run, call)
 
 
-async def _run_write(run: LiveRun, call: Call) -> bool:
-    """Run one write after its approval gate; False if the run stopped for approval."""
-    gate = _approval_gate(run, call)
-    if isinstance(gate, str):
-        run.emit(
-            "tool_result",
-            tool=call.tool.name,
-            call_id=call.id,
-            ms=0.0,
-            ok=False,
-            decided=True,
-            result=gate,
-        )
-        record_result(run, call.id, gate)
-        return True
-    if gate:
+async def _run_gated(run: LiveRun, call: Call) -> bool:
+    """Run one call after its gate; False if the run stopped to wait for a human."""
+    decision = gate(run, call)
+    if isinstance(decision, str):
+        _decided(run, call.tool.name, call.id, decision)
+    elif isinstance(decision, Interruption):
+        stop_for_human(run, decision)
+        return False
+    else:
         await run_call(run, call)
-        return True
-    _stop_for_approval(run, call)
-    return False
+    return True
 
 
-def _stop_for_approval(run: LiveRun, call: Call) -> None:
-    interruption = Interruption(
-        kind=InterruptionKind.APPROVAL,
-        run_id=run.state.run_id,
-        call_id=call.id,
-        tool=call.tool.name,
-        arguments=call.arguments,
-        reason=f"{call.tool.name} needs approval",
-    )
-    run.emit("approval_required", tool=call.tool.name, call_id=call.id, args=call.arguments)
-    run.finish(
-        Exit(status=Status.INTERRUPTED, reason=interruption.reason, interruption=interruption)
-    )
+def stop_for_human(run: LiveRun, interruption: Interruption) -> None:
+    """End the run ``interrupted`` until a human decides on the call."""
+    if interruption.kind is InterruptionKind.APPROVAL and interruption.run_id == run.state.run_id:
+        run.emit(
+            "approval_required",
+            tool=interruption.tool,
+            call_id=interruption.call_id,
+            args=interruption.arguments,
+        )
+    if run.state.status is Status.RUNNING:
+        run.finish(
+            Exit(status=Status.INTERRUPTED, reason=interruption.reason, interruption=interruption)
+        )
 
 
 def _context(run: LiveRun, call: Call, started: float) -> ToolContext:
@@ -246,9 +272,10 @@ async def run_call(run: LiveRun, call: Call) -> None:
     exit_: Exit | None = None
     try:
         text, ok = await call.tool.run(call.arguments, _context(run, call, started)), True
-    except (
-        Exception
-    ) as exc:  # a tool's failure is data for the model (trio.Cancelled is not an Exception)
+    except ChildWaiting as waiting:  # a descendant stopped for a human: so does this run
+        stop_for_human(run, waiting.interruption)
+        return
+    except Exception as exc:  # a tool's failure is data (trio.Cancelled is not an Exception)
         text, ok, exit_ = _on_error(run, call, exc)
     ms = (trio.current_time() - started) * 1000
     run.charge(Usage(tool_runs=1))

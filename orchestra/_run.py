@@ -24,7 +24,7 @@ from ._tokens import MessageCounter
 if TYPE_CHECKING:
     from ._runner import Runner
 
-__all__ = ["Exit", "LiveRun"]
+__all__ = ["ChildWaiting", "Exit", "LiveRun"]
 
 
 @attrs.frozen(kw_only=True)
@@ -35,6 +35,21 @@ class Exit:
     reason: str = ""
     error: str | None = None
     interruption: Interruption | None = None
+
+
+class ChildWaiting(Exception):
+    """Internal: a child run stopped to wait for a human; its parent must stop too.
+
+    Raised by an agent tool instead of returning a result, so the parent's
+    call stays pending and resuming the parent resumes the child.
+    """
+
+    def __init__(self, interruption: Interruption) -> None:
+        super().__init__(interruption.reason)
+        self.interruption = interruption
+
+
+WAITING_FOR_HUMAN = frozenset({"approval", "unknown_outcome"})
 
 
 @attrs.define(kw_only=True, eq=False)

@@ -1,48 +1,68 @@
-"""The runner: starts runs, runs children, records every exit.
+"""The runner: the public way to start, watch, cancel and resume runs.
 
-Cancellation: every run executes inside its own cancel scope, nested in its
-parent's, so cancelling a run reaches every descendant, every model request
-and every tool in flight. A run that is cancelled or hits its deadline still
-records exactly one exit (``interrupted`` / ``deadline_exceeded``) and saves
-its state; saving is synchronous, so no cancel can tear it.
+Cancellation: a root run's handle (or :meth:`Runner.cancel`) cancels the
+run's whole subtree through trio cancel scopes: every descendant run, every
+model request and every tool in flight stops at its next checkpoint. A cancel
+aimed at a child alone stops that child; its parent gets a tool result saying
+so and continues. With a store that takes cancel requests (the SQLite store),
+another process can ask for the same (``orchestra cancel``); a watcher polls
+for such requests every ``poll_interval`` seconds.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import time
-import traceback
-import uuid
 from typing import Any
 
 import attrs
 import trio
 
 from ._agent import Agent
-from ._budget import Margin, carve
+from ._budget import Margin
 from ._events import Event, EventSink
-from ._exceptions import ConfigError, StateError
-from ._loop import drive
+from ._exceptions import StateError
+from ._execute import execute, new_state, reopen, result_of, spawn_child
 from ._money import PriceTable
 from ._provider import Provider
-from ._result import RunResult, stop_sentence
-from ._run import Exit, LiveRun
-from ._state import (
-    Interruption,
-    InterruptionKind,
-    LimitRaise,
-    Limits,
-    RunState,
-    Status,
-    Usage,
-)
+from ._result import RunResult
+from ._run import LiveRun
+from ._state import Limits
 from ._store import MemoryStore, Store
 
-__all__ = ["Runner"]
+__all__ = ["RunHandle", "Runner"]
+
+LEASE_TTL = 30.0
 
 
-def new_run_id() -> str:
-    """A fresh run id."""
-    return "run_" + uuid.uuid4().hex[:16]
+@attrs.define(kw_only=True, eq=False)
+class RunHandle:
+    """A root run started with :meth:`Runner.start`."""
+
+    run_id: str
+    _runner: Runner = attrs.field(alias="runner")
+    _done: trio.Event = attrs.Factory(trio.Event)
+    _result: RunResult | None = None
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Stop the run and its whole subtree; each ends ``interrupted`` with ``reason``.
+
+        Not a checkpoint; returns at once. :meth:`wait` returns once every run
+        in the tree has recorded its exit.
+        """
+        self._runner.cancel(self.run_id, reason)
+
+    @property
+    def done(self) -> bool:
+        """Whether the run has stopped."""
+        return self._done.is_set()
+
+    async def wait(self) -> RunResult:
+        """Wait until the run stops; its result."""
+        await self._done.wait()
+        assert self._result is not None
+        return self._result
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -55,6 +75,7 @@ class Runner:
         store: where states are saved after every step.
         sink: receives every event (e.g. a :class:`JsonlSink`).
         prompt_margin: slack on our prompt count when reserving budget.
+        poll_interval: how often a root run checks the store for cancel requests.
     """
 
     provider: Provider
@@ -62,7 +83,10 @@ class Runner:
     store: Store = attrs.Factory(MemoryStore)
     sink: EventSink | None = None
     prompt_margin: Margin = Margin()
+    poll_interval: float = 0.05
+    _live: dict[str, LiveRun] = attrs.field(factory=dict, init=False)
     _clock_origin: tuple[float, float] | None = attrs.field(default=None, init=False)
+    owner: str = attrs.field(factory=lambda: f"pid {os.getpid()} on {socket.gethostname()}")
 
     def now(self) -> float:
         """Wall-clock seconds, advancing with trio's clock (so a MockClock moves it too)."""
@@ -72,9 +96,34 @@ class Runner:
         return wall + trio.current_time() - trio0
 
     def emit(self, event: Event) -> None:
-        """Send an event to the sink."""
+        """Send an event to the sink and, if it keeps them, the store."""
         if self.sink is not None:
             self.sink(event)
+        add_events = getattr(self.store, "add_events", None)
+        if add_events is not None:
+            add_events([event.to_dict()])
+
+    # -- the live tree ----------------------------------------------------------
+
+    def register(self, run: LiveRun) -> None:
+        """Note a run as executing in this process (done by ``execute``)."""
+        self._live[run.state.run_id] = run
+
+    def unregister(self, run: LiveRun) -> None:
+        """Forget a run that stopped executing."""
+        self._live.pop(run.state.run_id, None)
+
+    def cancel(self, run_id: str, reason: str = "cancelled") -> bool:
+        """Cancel a run executing in this process, and its subtree.
+
+        Returns False if no such run is executing here. Not a checkpoint.
+        """
+        run = self._live.get(run_id)
+        if run is None or run.scope is None:
+            return False
+        run.cancel_reason = reason
+        run.scope.cancel()
+        return True
 
     # -- starting runs --------------------------------------------------------
 
@@ -84,19 +133,41 @@ class Runner:
         """Run ``agent`` on ``task`` as a root run until it stops; its result.
 
         Never raises for a run's own failure: how it ended is in the result.
+        Cancellation: if the caller's scope is cancelled, the tree records
+        ``interrupted`` and saves before ``Cancelled`` propagates.
         """
-        run_id = run_id or new_run_id()
-        state = RunState(
-            run_id=run_id,
-            root_id=run_id,
-            agent=agent.name,
-            model=agent.model,
-            messages=_opening(agent, task),
-            limits=(limits or agent.limits).anchored(self.now()),
-        )
+        limits = (limits or agent.limits).anchored(self.now())
+        state = new_state(agent, task, limits, run_id=run_id)
+        return await self._root(LiveRun(state=state, agent=agent, runner=self))
+
+    async def start(
+        self,
+        nursery: trio.Nursery,
+        agent: Agent,
+        task: str,
+        *,
+        limits: Limits | None = None,
+        run_id: str | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> RunHandle:
+        """Start a root run in ``nursery``; a handle to cancel it or wait for it.
+
+        ``metadata`` is saved with the run (e.g. what a later process needs to
+        rebuild the agent and resume it).
+        """
+        limits = (limits or agent.limits).anchored(self.now())
+        state = new_state(agent, task, limits, run_id=run_id, metadata=metadata)
+        handle = RunHandle(run_id=state.run_id, runner=self)
         live = LiveRun(state=state, agent=agent, runner=self)
-        await execute(live)
-        return result_of(live)
+        nursery.start_soon(self._run_for, handle, live)
+        return handle
+
+    async def _run_for(self, handle: RunHandle, live: LiveRun) -> None:
+        try:
+            handle._result = await self._root(live)
+        finally:
+            handle._result = handle._result or result_of(live)
+            handle._done.set()
 
     async def resume(
         self, run_id: str, agent: Agent, *, limits: Limits | None = None, note: str = ""
@@ -111,144 +182,46 @@ class Runner:
         Raises:
             RunNotFound: no such run in the store.
             StateError: the run is a child run, or its status cannot be resumed.
+            LeaseError: another process is running it.
         """
         state = self.store.load(run_id)
         if state.parent_id is not None:
             raise StateError(f"run {run_id} is a child run; resume its root {state.root_id}")
         live = LiveRun(state=state, agent=agent, runner=self)
-        _reopen(live, limits, note)
-        await execute(live)
+        reopen(live, limits, note)
+        return await self._root(live)
+
+    async def spawn_child(self, parent: LiveRun, call_id: str, agent: Agent, task: str,
+                          *, limits: Limits | None = None) -> str:
+        """Run ``agent`` as a child of ``parent``; its answer (used by agent tools)."""
+        return await spawn_child(self, parent, call_id, agent, task, limits=limits)
+
+    async def _root(self, live: LiveRun) -> RunResult:
+        root_id = live.state.run_id
+        self._lease("acquire_lease", root_id, ttl=LEASE_TTL)
+        try:
+            async with trio.open_nursery() as nursery:
+                if hasattr(self.store, "pending_cancels"):
+                    nursery.start_soon(self._watch, root_id)
+                await execute(live)
+                nursery.cancel_scope.cancel()
+        finally:
+            self._lease("release_lease", root_id)
         return result_of(live)
 
-    async def spawn_child(
-        self,
-        parent: LiveRun,
-        call_id: str,
-        agent: Agent,
-        task: str,
-        *,
-        limits: Limits | None = None,
-    ) -> str:
-        """Run ``agent`` as a child of ``parent`` (for call ``call_id``); its answer as text.
+    def _lease(self, method: str, root_id: str, **kwargs: Any) -> None:
+        call = getattr(self.store, method, None)
+        if call is not None:
+            call(root_id, self.owner, **kwargs)
 
-        If this call already has a child (the parent was resumed), that child is
-        resumed if it was waiting or interrupted, and otherwise its saved outcome
-        is returned: a child is never run twice for one call.
-        """
-        existing = parent.state.children.get(call_id)
-        if existing is not None:
-            child = LiveRun(state=self.store.load(existing), agent=agent, runner=self, parent=parent)
-            parent.children.append(child)
-            if child.state.status in (Status.RUNNING, Status.INTERRUPTED):
-                _reopen(child, None, "")
-                await execute(child)
-            return stop_sentence(result_of(child))
-        carved = carve(parent, limits or agent.limits, self.now())
-        if isinstance(carved, str):
-            return f"{agent.name} was not started: {carved}."
-        run_id = new_run_id()
-        state = RunState(
-            run_id=run_id,
-            root_id=parent.state.root_id,
-            parent_id=parent.state.run_id,
-            parent_call_id=call_id,
-            agent=agent.name,
-            model=agent.model,
-            messages=_opening(agent, task),
-            limits=carved,
-        )
-        child = LiveRun(state=state, agent=agent, runner=self, parent=parent)
-        parent.children.append(child)
-        parent.state.children[call_id] = run_id
-        parent.charge(Usage(child_runs=1))
-        await execute(child)
-        return stop_sentence(result_of(child))
-
-
-def _reopen(run: LiveRun, limits: Limits | None, note: str) -> None:
-    """Make a saved run ready to continue (recording any raise of its limits)."""
-    state = run.state
-    if not state.status.resumable:
-        raise StateError(f"run {state.run_id} ended {state.status.value}; it cannot be resumed")
-    if limits is not None:
-        after = limits.anchored(run.runner.now())
-        state.limit_raises.append(
-            LimitRaise(at=run.runner.now(), before=state.limits, after=after, note=note)
-        )
-        state.limits = after
-    state.status, state.reason, state.interruption, state.error = Status.RUNNING, "", None, None
-
-
-def _opening(agent: Agent, task: str) -> list[dict[str, Any]]:
-    if not isinstance(task, str) or not task.strip():
-        raise ConfigError("a run needs a non-empty task")
-    system = [{"role": "system", "content": agent.instructions}] if agent.instructions else []
-    return [*system, {"role": "user", "content": task}]
-
-
-def result_of(run: LiveRun) -> RunResult:
-    """The result tree of a live run."""
-    return RunResult(state=run.state, children=tuple(result_of(c) for c in run.children))
-
-
-def _trio_deadline(run: LiveRun) -> float:
-    deadline = run.state.limits.deadline
-    own = float("inf") if deadline is None else trio.current_time() + deadline - run.runner.now()
-    parent = run.parent.deadline if run.parent is not None else float("inf")
-    return min(own, parent)
-
-
-async def execute(run: LiveRun) -> None:
-    """Drive ``run`` inside its own cancel scope and record exactly one exit.
-
-    Cancellation: if an enclosing scope is cancelled, the run records
-    ``interrupted`` (or ``deadline_exceeded``) and saves before ``Cancelled``
-    propagates; if its own scope is cancelled (its deadline, or a cancel aimed
-    at it), it records the same and returns normally.
-    """
-    run.deadline = _trio_deadline(run)
-    run.emit(
-        "run_started",
-        agent=run.state.agent,
-        model=run.state.model,
-        limits=attrs.asdict(run.state.limits),
-    )
-    run.checkpoint()
-    started = trio.current_time()
-    try:
-        with trio.CancelScope(deadline=run.deadline) as run.scope:
-            await drive(run)
-    except Exception as exc:  # a bug or a broken dependency: the run fails, as data
-        run.finish(
-            Exit(
-                status=Status.FAILED,
-                reason=f"internal error: {exc!r}",
-                error="".join(traceback.format_exception(exc)),
-            )
-        )
-    finally:
-        run.state.elapsed_s += trio.current_time() - started
-        if run.state.status is Status.RUNNING:
-            run.finish(stopped_exit(run))
-
-
-def stopped_exit(run: LiveRun) -> Exit:
-    """The exit of a run whose scope (or an enclosing one) was cancelled."""
-    for node in run.lineage():
-        if node.cancel_reason is not None:
-            return _cancelled(node.cancel_reason)
-    if trio.current_time() >= run.deadline:
-        return Exit(
-            status=Status.DEADLINE_EXCEEDED, reason="deadline reached" + _deadline_owner(run)
-        )
-    return _cancelled("cancelled from outside the run")
-
-
-def _deadline_owner(run: LiveRun) -> str:
-    own = run.state.limits.deadline
-    return "" if own is not None and run.parent is None else " (the run tree's deadline)"
-
-
-def _cancelled(reason: str) -> Exit:
-    interruption = Interruption(kind=InterruptionKind.CANCELLED, reason=reason)
-    return Exit(status=Status.INTERRUPTED, reason=reason, interruption=interruption)
+    async def _watch(self, root_id: str) -> None:
+        """Apply cancel requests other processes leave in the store; keep the lease."""
+        renew_at = trio.current_time() + LEASE_TTL / 3
+        while True:
+            await trio.sleep(self.poll_interval)
+            for run_id, reason in self.store.pending_cancels(root_id).items():  # type: ignore[attr-defined]
+                self.store.clear_cancel(run_id)  # type: ignore[attr-defined]
+                self.cancel(run_id, reason)
+            if trio.current_time() >= renew_at:
+                self._lease("renew_lease", root_id, ttl=LEASE_TTL)
+                renew_at = trio.current_time() + LEASE_TTL / 3

@@ -218,6 +218,9 @@ class RunState:
     created_at: float = attrs.Factory(_now)
     updated_at: float = attrs.Factory(_now)
     trace_context: dict[str, str] = attrs.Factory(dict)
+    """OpenTelemetry context of the run's span, so a resumed run continues its trace."""
+    metadata: dict[str, str] = attrs.Factory(dict)
+    """The application's own notes (e.g. how to rebuild the agent in another process)."""
 
     @property
     def turns(self) -> int:

@@ -1,0 +1,208 @@
+"""Executing one run of the tree: its scope, its exit, its children.
+
+Cancellation: every run executes inside its own cancel scope, nested in its
+parent's, so cancelling a run reaches every descendant, every model request
+and every tool in flight. A run that is cancelled or hits its deadline still
+records exactly one exit (``interrupted`` / ``deadline_exceeded``) and saves
+its state before ``Cancelled`` goes on; saving is synchronous, so no cancel
+can tear it.
+"""
+
+from __future__ import annotations
+
+import traceback
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from ._agent import Agent
+from ._budget import carve
+from ._exceptions import ConfigError, StateError
+from ._loop import drive
+from ._result import RunResult, stop_sentence
+from ._run import WAITING_FOR_HUMAN, ChildWaiting, Exit, LiveRun
+from ._state import Interruption, InterruptionKind, LimitRaise, Limits, RunState, Status, Usage
+
+if TYPE_CHECKING:
+    from ._runner import Runner
+
+__all__ = ["execute", "new_run_id", "new_state", "reopen", "result_of", "spawn_child"]
+
+
+def new_run_id() -> str:
+    """A fresh run id."""
+    return "run_" + uuid.uuid4().hex[:16]
+
+
+def new_state(
+    agent: Agent,
+    task: str,
+    limits: Limits,
+    parent: LiveRun | None = None,
+    call_id: str | None = None,
+    run_id: str | None = None,
+    metadata: dict[str, str] | None = None,
+) -> RunState:
+    """The state of a run that has not started yet."""
+    if not isinstance(task, str) or not task.strip():
+        raise ConfigError("a run needs a non-empty task")
+    system = [{"role": "system", "content": agent.instructions}] if agent.instructions else []
+    run_id = run_id or new_run_id()
+    return RunState(
+        run_id=run_id,
+        root_id=parent.state.root_id if parent else run_id,
+        parent_id=parent.state.run_id if parent else None,
+        parent_call_id=call_id,
+        agent=agent.name,
+        model=agent.model,
+        limits=limits,
+        messages=[*system, {"role": "user", "content": task}],
+        metadata=dict(metadata or {}),
+    )
+
+
+def reopen(run: LiveRun, limits: Limits | None, note: str) -> None:
+    """Make a saved run ready to continue (recording any raise of its limits).
+
+    Raises:
+        StateError: the run's status cannot be resumed.
+    """
+    state = run.state
+    if not state.status.resumable:
+        raise StateError(f"run {state.run_id} ended {state.status.value}; it cannot be resumed")
+    if limits is not None:
+        now = run.runner.now()
+        after = limits.anchored(now)
+        state.limit_raises.append(LimitRaise(at=now, before=state.limits, after=after, note=note))
+        state.limits = after
+    state.status, state.reason, state.interruption, state.error = Status.RUNNING, "", None, None
+
+
+def result_of(run: LiveRun) -> RunResult:
+    """The result tree of a live run."""
+    return RunResult(state=run.state, children=tuple(result_of(c) for c in run.children))
+
+
+async def spawn_child(
+    runner: Runner,
+    parent: LiveRun,
+    call_id: str,
+    agent: Agent,
+    task: str,
+    *,
+    limits: Limits | None = None,
+) -> str:
+    """Run ``agent`` as a child of ``parent`` for call ``call_id``; its answer as text.
+
+    If this call already has a child (the parent was resumed), that child is
+    resumed if it was still going or interrupted, and otherwise its saved
+    outcome is returned: a child is never run twice for one call.
+    """
+    existing = parent.state.children.get(call_id)
+    if existing is not None:
+        child = LiveRun(
+            state=runner.store.load(existing), agent=agent, runner=runner, parent=parent
+        )
+        parent.children.append(child)
+        if child.state.status in (Status.RUNNING, Status.INTERRUPTED):
+            reopen(child, None, "")
+            await execute(child)
+        return _answer(child)
+    carved = carve(parent, limits or agent.limits, runner.now())
+    if isinstance(carved, str):
+        return f"{agent.name} was not started: {carved}."
+    child = LiveRun(
+        state=new_state(agent, task, carved, parent, call_id),
+        agent=agent,
+        runner=runner,
+        parent=parent,
+    )
+    parent.children.append(child)
+    parent.state.children[call_id] = child.state.run_id
+    parent.charge(Usage(child_runs=1))
+    await execute(child)
+    return _answer(child)
+
+
+def _answer(child: LiveRun) -> str:
+    """The child's answer for its parent, or :class:`ChildWaiting` if it waits for a human."""
+    waiting = child.state.interruption
+    if waiting is not None and waiting.kind.value in WAITING_FOR_HUMAN:
+        raise ChildWaiting(
+            attrs.evolve(
+                waiting,
+                reason=f"{waiting.reason} (in {child.state.agent} run {waiting.run_id})"
+                if "(in " not in waiting.reason
+                else waiting.reason,
+            )
+        )
+    return stop_sentence(result_of(child))
+
+
+def _trio_deadline(run: LiveRun) -> float:
+    deadline = run.state.limits.deadline
+    own = float("inf") if deadline is None else trio.current_time() + deadline - run.runner.now()
+    parent = run.parent.deadline if run.parent is not None else float("inf")
+    return min(own, parent)
+
+
+async def execute(run: LiveRun) -> None:
+    """Drive ``run`` inside its own cancel scope and record exactly one exit.
+
+    Cancellation: if an enclosing scope is cancelled, the run records
+    ``interrupted`` (or ``deadline_exceeded``) and saves before ``Cancelled``
+    propagates; if its own scope is cancelled (its deadline, or a cancel aimed
+    at it), it records the same and returns normally.
+    """
+    run.deadline = _trio_deadline(run)
+    run.emit(
+        "run_started",
+        agent=run.state.agent,
+        model=run.state.model,
+        resumed=run.state.turns > 0,
+        limits=attrs.asdict(run.state.limits),
+    )
+    run.checkpoint()
+    run.runner.register(run)
+    started = trio.current_time()
+    try:
+        with trio.CancelScope(deadline=run.deadline) as run.scope:
+            await drive(run)
+    except Exception as exc:  # a bug or a broken dependency: the run fails, as data
+        run.finish(_internal_error(exc))
+    finally:
+        run.state.elapsed_s += trio.current_time() - started
+        run.runner.unregister(run)
+        if run.state.status is Status.RUNNING:
+            run.finish(stopped_exit(run))
+
+
+def _internal_error(exc: Exception) -> Exit:
+    return Exit(
+        status=Status.FAILED,
+        reason=f"internal error: {exc!r}",
+        error="".join(traceback.format_exception(exc)),
+    )
+
+
+def stopped_exit(run: LiveRun) -> Exit:
+    """The exit of a run whose scope (or an enclosing one) was cancelled."""
+    for node in run.lineage():
+        if node.cancel_reason is not None:
+            return _cancelled(node.cancel_reason)
+    if trio.current_time() >= run.deadline:
+        tree = "" if run.deadline == _own_deadline(run) else " (an ancestor's deadline)"
+        return Exit(status=Status.DEADLINE_EXCEEDED, reason=f"deadline reached{tree}")
+    return _cancelled("cancelled from outside the run")
+
+
+def _own_deadline(run: LiveRun) -> float:
+    parent = run.parent.deadline if run.parent is not None else float("inf")
+    return run.deadline if run.deadline < parent else float("nan")
+
+
+def _cancelled(reason: str) -> Exit:
+    interruption = Interruption(kind=InterruptionKind.CANCELLED, reason=reason)
+    return Exit(status=Status.INTERRUPTED, reason=reason, interruption=interruption)
