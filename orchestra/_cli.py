@@ -1,4 +1,9 @@
-"""The ``orchestra`` command line."""
+"""The ``orchestra`` command line.
+
+Every command takes ``--store PATH`` (default: ``$ORCHESTRA_STORE`` or the
+user data directory), so a run started in one process can be shown, approved,
+cancelled and resumed from another.
+"""
 
 from __future__ import annotations
 
@@ -6,45 +11,48 @@ import contextlib
 import json
 import sys
 import tempfile
-from collections import defaultdict
+import time
+from collections.abc import Callable
+from functools import wraps
 from pathlib import Path
 from typing import Any
 
 import click
 import trio
 
-from ._agent import Agent, ToolPolicy, detailed_errors, generic_errors
-from ._catalog import catalog
-from ._demo import SCENARIOS, demo_agent, demo_task
-from ._events import Event, JsonlSink, fanout
+from ._cli_output import print_runs, print_tree, print_waiting
+from ._cli_recipe import Recipe
+from ._cli_session import EXIT_CODES, Session, report, supervise, tree_result
+from ._demo import SCENARIOS, demo_task
 from ._exceptions import OrchestraError
-from ._provider import OpenAIProvider
-from ._result import RunResult
-from ._runner import Runner
+from ._execute import new_run_id
+from ._sqlite import SQLiteStore
 from ._state import Limits, Status
+from ._tokens import encoding
 
-__all__ = ["main"]
-
-EXIT_CODES = {
-    Status.COMPLETED: 0,
-    Status.FAILED: 1,
-    Status.MAX_TURNS_EXCEEDED: 3,
-    Status.BUDGET_EXCEEDED: 4,
-    Status.DEADLINE_EXCEEDED: 5,
-    Status.INTERRUPTED: 6,
-    Status.RUNNING: 7,
-}
+__all__ = ["main", "run"]
 
 
-class TurnLog:
-    """Collects each run's per-turn prompt tokens from the event stream."""
+def _store(path: str | None) -> SQLiteStore:
+    return SQLiteStore(path)
 
-    def __init__(self) -> None:
-        self.prompts: dict[str, list[int]] = defaultdict(list)
 
-    def __call__(self, event: Event) -> None:
-        if event.type == "turn":
-            self.prompts[event.run_id].append(int(event.data["prompt_tokens"]))
+def _store_flag(path: str | None) -> str:
+    return f" --store {path}" if path else ""
+
+
+store_option = click.option(
+    "--store",
+    "store_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Run store (SQLite). Default: $ORCHESTRA_STORE or the user data directory.",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+
+
+def _limits(max_turns: int | None, max_budget: float | None, timeout: float | None) -> Limits:
+    return Limits(max_turns=max_turns, max_budget_usd=max_budget, timeout_s=timeout)
 
 
 def _sandbox(directory: str | None) -> Path:
@@ -56,69 +64,30 @@ def _sandbox(directory: str | None) -> Path:
     return path if path.is_dir() and any(path.iterdir()) else make_sandbox(path)
 
 
-def _policy(dedupe: bool, errors: str, fatal_errors: bool) -> ToolPolicy:
-    wording = generic_errors if errors == "generic" else detailed_errors
-    return ToolPolicy(dedupe=dedupe, error_text=wording, fatal_errors=fatal_errors)
-
-
-def _report(
-    result: RunResult, turns: TurnLog, elapsed_ms: float, directory: Path | None
-) -> dict[str, Any]:
-    def add_turns(summary: dict[str, Any]) -> dict[str, Any]:
-        summary["per_turn_prompt_tokens"] = turns.prompts.get(summary["run_id"], [])
-        summary["children"] = [add_turns(c) for c in summary["children"]]
-        return summary
-
-    report = add_turns(result.summary())
-    report["elapsed_ms"] = round(elapsed_ms, 1)
-    report["dir"] = str(directory) if directory else None
-    return report
-
-
-def _print_human(report: dict[str, Any], depth: int = 0) -> None:
-    pad = "  " * depth + ("└─ " if depth else "")
-    why = f" ({report['reason']})" if report["status"] != "completed" and report["reason"] else ""
-    line = (
-        f"{pad}{report['agent']} {report['run_id']} {report['status']}{why}"
-        f" | turns={report['turns']} tools={report['tool_runs']}"
-        f" in={report['prompt_tokens']} out={report['completion_tokens']}"
-        f" cost=${report['cost_usd']:.6f} tree=${report['tree_cost_usd']:.6f}"
-    )
-    if depth == 0:
-        line += f" ms={report['elapsed_ms']:.0f}"
-    click.echo(line)
-    click.echo(f"{'  ' * depth}   per-turn prompt tokens: {report['per_turn_prompt_tokens']}")
-    if report["answer"]:
-        click.echo(f"{'  ' * depth}   answer: {report['answer']}")
-    for child in report["children"]:
-        _print_human(child, depth + 1)
-
-
-def _emit(report: dict[str, Any], as_json: bool) -> None:
+def _finish(
+    result: Any, session: Session, elapsed: float | None, as_json: bool, store_path: str | None
+) -> None:
+    out = report(result, session.store, elapsed, session.recipe.directory)
     if as_json:
-        click.echo(json.dumps(report, sort_keys=True))
-        return
-    _print_human(report)
-    if report.get("dir"):
-        click.echo(f"dir: {report['dir']}")
+        click.echo(json.dumps(out, sort_keys=True))
+    else:
+        print_tree(out)
+        print_waiting(out, _store_flag(store_path))
+    sys.exit(EXIT_CODES[result.status])
 
 
-async def _run_demo(
-    agent: Agent, task: str, trace: str | None, turns: TurnLog
-) -> tuple[RunResult, float]:
-    from .testing import scripted_server
+def _start(
+    session: Session, limits: Limits, task: str, as_json: bool, store_path: str | None
+) -> None:
+    encoding()  # load the tokenizer before the clock starts
+    agent = session.recipe.agent(limits)
+    root_id = new_run_id()
 
-    sink = JsonlSink(path=trace) if trace else None
-    async with scripted_server() as base_url:
-        provider = OpenAIProvider(base_url=base_url, api_key="scripted")
-        runner = Runner(provider=provider, sink=fanout(turns, sink))
-        started = trio.current_time()
-        result = await runner.run(agent, task)
-        elapsed = (trio.current_time() - started) * 1000
-        await provider.aclose()
-    if sink:
-        sink.close()
-    return result, elapsed
+    async def go(runner: Any) -> Any:
+        return await runner.run(agent, task, run_id=root_id, metadata=session.recipe.metadata())
+
+    result, elapsed = trio.run(supervise, session, root_id, go)
+    _finish(result, session, elapsed, as_json, store_path)
 
 
 @click.group()
@@ -126,32 +95,33 @@ def main() -> None:
     """Orchestra: LLM agents as governed trees."""
 
 
-def _limits(max_turns: int | None, max_budget: float | None, timeout: float | None) -> Limits:
-    return Limits(max_turns=max_turns, max_budget_usd=max_budget, timeout_s=timeout)
-
-
 @main.command()
 @click.argument("scenario", type=click.Choice(SCENARIOS))
 @click.option("--max-turns", type=click.IntRange(min=0), default=20, show_default=True)
-@click.option(
-    "--max-budget", type=click.FloatRange(min=0), default=None, help="USD for the whole tree."
-)
-@click.option(
-    "--timeout", type=click.FloatRange(min=0), default=None, help="Seconds for the whole tree."
-)
+@click.option("--max-budget", type=click.FloatRange(min=0), default=None, help="USD, whole tree.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=None, help="Seconds, whole tree.")
 @click.option("--child-budget", type=click.FloatRange(min=0), default=0.05, show_default=True)
 @click.option("--child-turns", type=click.IntRange(min=0), default=8, show_default=True)
-@click.option("--children", type=click.IntRange(min=1), default=None, help="slow_tree: how many.")
+@click.option("--children", type=click.IntRange(1, 100), default=None, help="slow_tree: how many.")
 @click.option("--dedupe", is_flag=True, help="Answer repeated read-only calls from the transcript.")
 @click.option(
-    "--errors", type=click.Choice(["detailed", "generic"]), default="detailed", show_default=True
+    "--errors",
+    type=click.Choice(["detailed", "generic"]),
+    default="detailed",
+    show_default=True,
+    help="How tool errors are worded for the model.",
 )
 @click.option("--fatal-errors", is_flag=True, help="Any tool error fails the run.")
-@click.option("--dir", "directory", type=click.Path(file_okay=False), default=None)
 @click.option(
-    "--trace", type=click.Path(dir_okay=False), default=None, help="Append JSONL events here."
+    "--cancel-after",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Press Stop after this many seconds.",
 )
-@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default=None)
+@click.option("--trace", type=click.Path(dir_okay=False), default=None, help="Append JSONL here.")
+@store_option
+@json_option
 def demo(
     scenario: str,
     max_turns: int,
@@ -163,23 +133,32 @@ def demo(
     dedupe: bool,
     errors: str,
     fatal_errors: bool,
+    cancel_after: float | None,
     directory: str | None,
     trace: str | None,
+    store_path: str | None,
     as_json: bool,
 ) -> None:
     """Run SCENARIO against the embedded scripted provider."""
-    sandbox = _sandbox(directory)
-    agent = demo_agent(
-        scenario,
-        sandbox,
-        limits=_limits(max_turns, max_budget, timeout),
-        child_limits=Limits(max_turns=child_turns, max_budget_usd=child_budget),
-        policy=_policy(dedupe, errors, fatal_errors),
+    recipe = Recipe(
+        directory=str(_sandbox(directory)),
+        scenario=scenario,
+        dedupe=dedupe,
+        errors=errors,
+        fatal_errors=fatal_errors,
+        child_budget=child_budget,
+        child_turns=child_turns,
     )
-    turns = TurnLog()
-    result, elapsed = trio.run(_run_demo, agent, demo_task(scenario, children), trace, turns)
-    _emit(_report(result, turns, elapsed, sandbox), as_json)
-    sys.exit(EXIT_CODES[result.status])
+    session = Session(
+        recipe=recipe, store=_store(store_path), trace=trace, cancel_after=cancel_after
+    )
+    _start(
+        session,
+        _limits(max_turns, max_budget, timeout),
+        demo_task(scenario, children),
+        as_json,
+        store_path,
+    )
 
 
 @main.command("run")
@@ -192,7 +171,8 @@ def demo(
 @click.option("--timeout", type=click.FloatRange(min=0), default=None)
 @click.option("--dir", "directory", type=click.Path(file_okay=False, exists=True), default=".")
 @click.option("--trace", type=click.Path(dir_okay=False), default=None)
-@click.option("--json", "as_json", is_flag=True)
+@store_option
+@json_option
 def run_command(
     task: str,
     base_url: str,
@@ -203,28 +183,230 @@ def run_command(
     timeout: float | None,
     directory: str,
     trace: str | None,
+    store_path: str | None,
     as_json: bool,
 ) -> None:
     """Run TASK with the file catalog against any OpenAI-compatible endpoint."""
-    agent = Agent(
-        name="assistant",
-        model=model,
-        tools=catalog(directory),
-        limits=_limits(max_turns, max_budget, timeout),
+    recipe = Recipe(directory=str(Path(directory).resolve()), base_url=base_url, model=model)
+    session = Session(recipe=recipe, store=_store(store_path), trace=trace, api_key=api_key)
+    _start(session, _limits(max_turns, max_budget, timeout), task, as_json, store_path)
+
+
+@main.command()
+@click.argument("run_id")
+@click.option("--max-turns", type=click.IntRange(min=0), default=None, help="Raise the turn limit.")
+@click.option("--max-budget", type=click.FloatRange(min=0), default=None, help="Raise the budget.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=None, help="A new deadline.")
+@click.option("--api-key", envvar="OPENAI_API_KEY", default="")
+@click.option("--trace", type=click.Path(dir_okay=False), default=None)
+@store_option
+@json_option
+def resume(
+    run_id: str,
+    max_turns: int | None,
+    max_budget: float | None,
+    timeout: float | None,
+    api_key: str,
+    trace: str | None,
+    store_path: str | None,
+    as_json: bool,
+) -> None:
+    """Continue a stopped run (after an approval, a cancel, a crash or a raised limit)."""
+    store = _store(store_path)
+    state = store.load(store.resolve(run_id))
+    raised = None
+    if (max_turns, max_budget, timeout) != (None, None, None):
+        raised = Limits(
+            max_turns=max_turns if max_turns is not None else state.limits.max_turns,
+            max_budget_usd=max_budget if max_budget is not None else state.limits.max_budget_usd,
+            timeout_s=timeout,
+            deadline=None if timeout is not None else state.limits.deadline,
+        )
+    recipe = Recipe.of(state)
+    session = Session(recipe=recipe, store=store, trace=trace, api_key=api_key)
+    encoding()
+
+    async def go(runner: Any) -> Any:
+        return await runner.resume(
+            state.run_id,
+            recipe.agent(state.limits),
+            limits=raised,
+            note="raised from the command line" if raised else "",
+        )
+
+    result, elapsed = trio.run(supervise, session, state.run_id, go)
+    _finish(result, session, elapsed, as_json, store_path)
+
+
+def _decision(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @wraps(fn)
+    def wrapper(run_id: str, store_path: str | None, as_json: bool, **kw: Any) -> None:
+        store = _store(store_path)
+        root = store.resolve(run_id)
+        waiting = fn(store, root, **kw)
+        if as_json:
+            click.echo(
+                json.dumps(
+                    {
+                        "run_id": root,
+                        "decided": fn.__name__,
+                        "call": json.loads(json.dumps(waiting, default=str)),
+                    }
+                )
+            )
+            return
+        click.echo(
+            f"{fn.__name__}: {waiting['tool']} {json.dumps(waiting['arguments'])} "
+            f"(call {waiting['call_id']} in run {waiting['run_id']})"
+        )
+        click.echo(f"next: orchestra resume {root}{_store_flag(store_path)}")
+
+    return wrapper
+
+
+@main.command()
+@click.argument("run_id")
+@click.argument("call_id", required=False)
+@store_option
+@json_option
+@_decision
+def approve(store: SQLiteStore, run_id: str, call_id: str | None = None) -> dict[str, Any]:
+    """Approve the call RUN_ID waits on (bound to its exact arguments)."""
+    from ._approval import approve as decide
+
+    return _as_dict(decide(store, run_id, call_id))
+
+
+@main.command()
+@click.argument("run_id")
+@click.argument("call_id", required=False)
+@click.option("--reason", default="", help="Written into the transcript as the call's result.")
+@store_option
+@json_option
+@_decision
+def reject(
+    store: SQLiteStore, run_id: str, call_id: str | None = None, reason: str = ""
+) -> dict[str, Any]:
+    """Reject the call RUN_ID waits on; the model is told why."""
+    from ._approval import reject as decide
+
+    return _as_dict(decide(store, run_id, call_id, reason))
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    import attrs
+
+    return attrs.asdict(obj)
+
+
+@main.command()
+@click.argument("run_id")
+@click.option("--reason", default="cancelled from the command line", show_default=True)
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for the running process to stop the tree.",
+)
+@store_option
+@json_option
+def cancel(run_id: str, reason: str, wait_s: float, store_path: str | None, as_json: bool) -> None:
+    """Cancel a run tree that is running in another process."""
+    store = _store(store_path)
+    target = store.resolve(run_id)
+    if store.load(target).status is not Status.RUNNING:
+        raise click.ClickException(f"run {target} is not running")
+    asked = time.monotonic()
+    store.request_cancel(target, reason)
+    while store.load(target).status is Status.RUNNING:
+        if time.monotonic() - asked > wait_s:
+            raise click.ClickException(
+                f"no process stopped run {target} within {wait_s:g} s; is it still alive?"
+            )
+        time.sleep(0.005)
+    ms = (time.monotonic() - asked) * 1000
+    state = store.load(target)
+    out = {
+        "run_id": target,
+        "status": state.status.value,
+        "reason": state.reason,
+        "stopped_after_ms": round(ms, 1),
+    }
+    click.echo(
+        json.dumps(out)
+        if as_json
+        else f"{target} {state.status.value} ({state.reason}) {ms:.0f} ms after the request"
     )
-    turns = TurnLog()
 
-    async def go() -> tuple[RunResult, float]:
-        sink = JsonlSink(path=trace) if trace else None
-        provider = OpenAIProvider(base_url=base_url, api_key=api_key)
-        started = trio.current_time()
-        result = await Runner(provider=provider, sink=fanout(turns, sink)).run(agent, task)
-        await provider.aclose()
-        return result, (trio.current_time() - started) * 1000
 
-    result, elapsed = trio.run(go)
-    _emit(_report(result, turns, elapsed, Path(directory)), as_json)
-    sys.exit(EXIT_CODES[result.status])
+@main.command()
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--all", "all_runs", is_flag=True, help="Children too, not just roots.")
+@store_option
+@json_option
+def runs(limit: int, all_runs: bool, store_path: str | None, as_json: bool) -> None:
+    """Recent runs."""
+    states = _store(store_path).list_runs(limit=limit, roots_only=not all_runs)
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "run_id": s.run_id,
+                        "agent": s.agent,
+                        "status": s.status.value,
+                        "turns": s.turns,
+                        "cost_usd": s.own.cost_usd,
+                        "tree_cost_usd": s.tree.cost_usd,
+                        "updated_at": s.updated_at,
+                        "parent_id": s.parent_id,
+                    }
+                    for s in states
+                ]
+            )
+        )
+    else:
+        print_runs(states)
+
+
+@main.command()
+@click.argument("run_id")
+@store_option
+@json_option
+def show(run_id: str, store_path: str | None, as_json: bool) -> None:
+    """A run's tree with status and costs, and the call it waits on if any."""
+    store = _store(store_path)
+    state = store.load(store.resolve(run_id))
+    result = tree_result(store.tree(state.root_id), state.run_id)
+    directory = Recipe.of(state).directory if state.metadata else None
+    out = report(result, store, None, directory)
+    if as_json:
+        click.echo(json.dumps(out, sort_keys=True))
+        return
+    print_tree(out)
+    print_waiting(out, _store_flag(store_path))
+
+
+@main.command()
+@click.argument("run_id")
+@store_option
+@json_option
+def trace(run_id: str, store_path: str | None, as_json: bool) -> None:
+    """A run tree's events, in order (JSON lines)."""
+    store = _store(store_path)
+    state = store.load(store.resolve(run_id))
+    events = (
+        store.events(root_id=state.root_id)
+        if state.parent_id is None
+        else store.events(run_id=state.run_id)
+    )
+    if as_json:
+        click.echo(json.dumps(events))
+    else:
+        for event in events:
+            click.echo(json.dumps(event, sort_keys=False))
 
 
 @main.command("serve-scripted")
@@ -249,9 +431,17 @@ def serve_scripted_command(host: str, port: int, latency_ms: float) -> None:
 
 
 def run() -> None:
-    """Entry point that turns our errors into a clean message and exit code 2."""
+    """Entry point: our errors become one clear line and exit code 2."""
     try:
-        main(standalone_mode=True)
+        main(standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
     except OrchestraError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

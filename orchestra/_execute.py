@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import traceback
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 import trio

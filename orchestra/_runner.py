@@ -20,6 +20,7 @@ import attrs
 import trio
 
 from ._agent import Agent
+from ._approval import approve, reject
 from ._budget import Margin
 from ._events import Event, EventSink
 from ._exceptions import StateError
@@ -28,7 +29,7 @@ from ._money import PriceTable
 from ._provider import Provider
 from ._result import RunResult
 from ._run import LiveRun
-from ._state import Limits
+from ._state import Interruption, Limits
 from ._store import MemoryStore, Store
 
 __all__ = ["RunHandle", "Runner"]
@@ -128,7 +129,13 @@ class Runner:
     # -- starting runs --------------------------------------------------------
 
     async def run(
-        self, agent: Agent, task: str, *, limits: Limits | None = None, run_id: str | None = None
+        self,
+        agent: Agent,
+        task: str,
+        *,
+        limits: Limits | None = None,
+        run_id: str | None = None,
+        metadata: dict[str, str] | None = None,
     ) -> RunResult:
         """Run ``agent`` on ``task`` as a root run until it stops; its result.
 
@@ -137,7 +144,7 @@ class Runner:
         ``interrupted`` and saves before ``Cancelled`` propagates.
         """
         limits = (limits or agent.limits).anchored(self.now())
-        state = new_state(agent, task, limits, run_id=run_id)
+        state = new_state(agent, task, limits, run_id=run_id, metadata=metadata)
         return await self._root(LiveRun(state=state, agent=agent, runner=self))
 
     async def start(
@@ -191,8 +198,23 @@ class Runner:
         reopen(live, limits, note)
         return await self._root(live)
 
-    async def spawn_child(self, parent: LiveRun, call_id: str, agent: Agent, task: str,
-                          *, limits: Limits | None = None) -> str:
+    def approve(self, run_id: str, call_id: str | None = None) -> Interruption:
+        """Approve the call run ``run_id``'s tree waits on; then :meth:`resume` it."""
+        return approve(self.store, run_id, call_id)
+
+    def reject(self, run_id: str, call_id: str | None = None, reason: str = "") -> Interruption:
+        """Reject the waiting call; ``reason`` becomes its tool result. Then :meth:`resume`."""
+        return reject(self.store, run_id, call_id, reason)
+
+    async def spawn_child(
+        self,
+        parent: LiveRun,
+        call_id: str,
+        agent: Agent,
+        task: str,
+        *,
+        limits: Limits | None = None,
+    ) -> str:
         """Run ``agent`` as a child of ``parent``; its answer (used by agent tools)."""
         return await spawn_child(self, parent, call_id, agent, task, limits=limits)
 

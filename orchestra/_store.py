@@ -29,7 +29,11 @@ class Store(Protocol):
         ...
 
     def add_events(self, events: Iterable[dict[str, Any]]) -> None:
-        """Append trace events (each carries its ``run_id``)."""
+        """Append trace events (each carries its ``run_id`` and ``root_id``)."""
+        ...
+
+    def events(self, run_id: str | None = None, root_id: str | None = None) -> list[dict[str, Any]]:
+        """Events in the order they were added, for one run or one tree (or all)."""
         ...
 
 
@@ -38,7 +42,7 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self._states: dict[str, str] = {}
-        self.events: list[dict[str, Any]] = []
+        self._events: list[dict[str, Any]] = []
 
     def save(self, state: RunState) -> None:
         self._states[state.run_id] = state_to_json(state)
@@ -50,4 +54,12 @@ class MemoryStore:
             raise RunNotFound(f"no run {run_id!r} in this store") from None
 
     def add_events(self, events: Iterable[dict[str, Any]]) -> None:
-        self.events.extend(events)
+        self._events.extend(events)
+
+    def events(self, run_id: str | None = None, root_id: str | None = None) -> list[dict[str, Any]]:
+        return [
+            e
+            for e in self._events
+            if (run_id is None or e["run_id"] == run_id)
+            and (root_id is None or e["root_id"] == root_id)
+        ]

@@ -13,6 +13,14 @@ from orchestra._demo import demo_agent, demo_task
 from orchestra.testing import ScriptedTransport, make_sandbox
 
 
+@pytest.fixture(autouse=True)
+def _private_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own SQLite store: the CLI never touches the user's."""
+    path = tmp_path / "store" / "runs.db"
+    monkeypatch.setenv("ORCHESTRA_STORE", str(path))
+    return path
+
+
 @pytest.fixture
 def sandbox(tmp_path: Path) -> Path:
     return make_sandbox(tmp_path / "sandbox")

@@ -13,7 +13,9 @@ async def start(runner, agent, task, nursery):
     return await runner.start(nursery, agent, task)
 
 
-async def test_cancel_at_1_2s_ends_a_3s_tool_at_1_2s(runner, scenario_agent, autojump_clock, events):
+async def test_cancel_at_1_2s_ends_a_3s_tool_at_1_2s(
+    runner, scenario_agent, autojump_clock, events
+):
     async with trio.open_nursery() as nursery:
         handle = await runner.start(nursery, scenario_agent("slow"), demo_task("slow"))
         await trio.sleep(1.2)

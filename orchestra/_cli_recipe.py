@@ -1,0 +1,104 @@
+"""How the CLI rebuilds a run's agent and provider in any process.
+
+A run started by ``orchestra demo`` or ``orchestra run`` saves its recipe in
+``state.metadata``, so ``orchestra resume`` in a new process builds the same
+agent over the same directory against the same kind of endpoint. The API key
+is never saved.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import attrs
+
+from ._agent import Agent, ToolPolicy, detailed_errors, generic_errors
+from ._catalog import catalog
+from ._demo import demo_agent
+from ._exceptions import StateError
+from ._provider import OpenAIProvider
+from ._state import Limits, RunState
+
+__all__ = ["Recipe"]
+
+_KEY = "orchestra.cli.recipe"
+
+
+@attrs.frozen(kw_only=True)
+class Recipe:
+    """What the CLI needs to (re)build a run's agent: a demo scenario or an endpoint."""
+
+    directory: str
+    scenario: str | None = None
+    base_url: str | None = None
+    model: str | None = None
+    dedupe: bool = False
+    errors: str = "detailed"
+    fatal_errors: bool = False
+    child_budget: float | None = 0.05
+    child_turns: int | None = 8
+
+    def metadata(self) -> dict[str, str]:
+        """The recipe as run metadata."""
+        return {_KEY: json.dumps(attrs.asdict(self), sort_keys=True)}
+
+    @classmethod
+    def of(cls, state: RunState) -> Recipe:
+        """The recipe saved with a run.
+
+        Raises:
+            StateError: the run was not started by the CLI.
+        """
+        raw = state.metadata.get(_KEY)
+        if raw is None:
+            raise StateError(
+                f"run {state.run_id} was not started by the orchestra CLI; resume it from the "
+                "code that started it (Runner.resume)"
+            )
+        return cls(**json.loads(raw))
+
+    def policy(self) -> ToolPolicy:
+        wording = generic_errors if self.errors == "generic" else detailed_errors
+        return ToolPolicy(dedupe=self.dedupe, error_text=wording, fatal_errors=self.fatal_errors)
+
+    def agent(self, limits: Limits) -> Agent:
+        """The root agent (``limits`` are its defaults for a new run)."""
+        if self.scenario is not None:
+            child = Limits(max_turns=self.child_turns, max_budget_usd=self.child_budget)
+            return demo_agent(
+                self.scenario,
+                Path(self.directory),
+                limits=limits,
+                child_limits=child,
+                policy=self.policy(),
+            )
+        assert self.model is not None
+        return Agent(
+            name="assistant",
+            model=self.model,
+            tools=catalog(self.directory),
+            limits=limits,
+            policy=self.policy(),
+        )
+
+    @asynccontextmanager
+    async def provider(self, api_key: str = "") -> AsyncIterator[OpenAIProvider]:
+        """A provider for this recipe (the embedded scripted server for a demo)."""
+        if self.scenario is None:
+            provider = OpenAIProvider(base_url=self.base_url, api_key=api_key)
+            try:
+                yield provider
+            finally:
+                await provider.aclose()
+            return
+        from .testing import scripted_server
+
+        async with scripted_server() as url:
+            provider = OpenAIProvider(base_url=url, api_key="scripted")
+            try:
+                yield provider
+            finally:
+                await provider.aclose()

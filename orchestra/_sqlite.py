@@ -1,0 +1,513 @@
+"""A store in one SQLite file, shared safely by threads and processes.
+
+The file is opened in WAL mode, so readers never block the writer and a reader
+sees the last committed version of a row until a new one commits. Every write
+is one ``BEGIN IMMEDIATE`` transaction: it takes the file's write lock up
+front (waiting up to :data:`BUSY_TIMEOUT_S` for another writer), so a
+read-then-write (a lease check, a cancel request) cannot race another process.
+
+Besides the :class:`~orchestra._store.Store` protocol, the store keeps cancel
+requests (so ``orchestra cancel`` in one process can stop a tree running in
+another) and leases (so only one process runs a tree at a time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Self
+
+from ._exceptions import ConfigError, LeaseError, RunNotFound, StateError
+from ._serde import state_from_json, state_to_json
+from ._state import RunState
+
+__all__ = ["BUSY_TIMEOUT_S", "STORE_SCHEMA_VERSION", "SQLiteStore", "default_store_path"]
+
+STORE_SCHEMA_VERSION = 1
+"""Version of the tables' layout (not of the run states inside them)."""
+
+BUSY_TIMEOUT_S = 5.0
+"""How long a statement waits for another connection's lock before failing."""
+
+_EVENT_KEYS = ("run_id", "root_id", "type", "at")
+
+_TABLES = (
+    """CREATE TABLE runs (
+        run_id TEXT PRIMARY KEY,
+        root_id TEXT NOT NULL,
+        parent_id TEXT,
+        agent TEXT NOT NULL,
+        status TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        state TEXT NOT NULL
+    )""",
+    "CREATE INDEX runs_root_id ON runs (root_id)",
+    "CREATE INDEX runs_updated_at ON runs (updated_at)",
+    """CREATE TABLE events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id TEXT NOT NULL,
+        root_id TEXT NOT NULL,
+        type TEXT NOT NULL,
+        at REAL NOT NULL,
+        data TEXT NOT NULL
+    )""",
+    "CREATE INDEX events_run_id ON events (run_id)",
+    "CREATE INDEX events_root_id ON events (root_id)",
+    """CREATE TABLE cancels (
+        run_id TEXT PRIMARY KEY,
+        root_id TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        requested_at REAL NOT NULL
+    )""",
+    "CREATE INDEX cancels_root_id ON cancels (root_id)",
+    """CREATE TABLE leases (
+        root_id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        expires_at REAL NOT NULL
+    )""",
+)
+
+_UPSERT_RUN = """
+    INSERT INTO runs (run_id, root_id, parent_id, agent, status, created_at, updated_at, state)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (run_id) DO UPDATE SET
+        root_id = excluded.root_id, parent_id = excluded.parent_id, agent = excluded.agent,
+        status = excluded.status, created_at = excluded.created_at,
+        updated_at = excluded.updated_at, state = excluded.state
+"""
+
+_UPSERT_CANCEL = """
+    INSERT INTO cancels (run_id, root_id, reason, requested_at) VALUES (?, ?, ?, ?)
+    ON CONFLICT (run_id) DO UPDATE SET
+        reason = excluded.reason, requested_at = excluded.requested_at
+"""
+
+
+def default_store_path() -> Path:
+    """Where :class:`SQLiteStore` keeps runs when given no path.
+
+    ``$ORCHESTRA_STORE`` if set, else ``$XDG_DATA_HOME/orchestra/runs.db`` with
+    ``XDG_DATA_HOME`` defaulting to ``~/.local/share`` (a relative value is
+    ignored, as the XDG spec asks).
+    """
+    explicit = os.environ.get("ORCHESTRA_STORE")
+    if explicit:
+        return Path(explicit).expanduser()
+    data_home = os.environ.get("XDG_DATA_HOME", "")
+    base = Path(data_home) if os.path.isabs(data_home) else Path.home() / ".local" / "share"
+    return base / "orchestra" / "runs.db"
+
+
+class SQLiteStore:
+    """Run states, events, cancel requests and leases in one SQLite file.
+
+    Durability: the file uses ``journal_mode=WAL`` with ``synchronous=NORMAL``.
+    A committed write survives the process crashing or being killed. After an
+    operating-system crash or power loss the last few commits may be lost (they
+    roll back as a whole), but the file is never corrupted and never holds half
+    a transaction. Every write is atomic: a run's previous state stays in place,
+    and visible to readers, until its replacement commits.
+
+    The connection may be used from any thread (e.g. ``trio.to_thread``); a lock
+    serialises its use. SQLite errors are raised as :class:`StateError`.
+
+    Args:
+        path: the database file; its parent directories are created. Defaults
+            to :func:`default_store_path`.
+
+    Raises:
+        StateError: the file cannot be opened, is not a database, cannot use
+            WAL, or was written by an unknown store schema version.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self._path = Path(path) if path is not None else default_store_path()
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = _open(self._path)
+        try:
+            self._create_schema()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self._path
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self._path)!r})"
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection. Closing twice is fine; any other use then fails."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    # -- runs -------------------------------------------------------------
+
+    def save(self, state: RunState) -> None:
+        """Insert or replace the state of ``state.run_id``, in one transaction."""
+        row = (
+            state.run_id,
+            state.root_id,
+            state.parent_id,
+            state.agent,
+            state.status.value,
+            state.created_at,
+            state.updated_at,
+            state_to_json(state),
+        )
+        with self._write(f"save run {state.run_id!r}") as conn:
+            conn.execute(_UPSERT_RUN, row)
+
+    def load(self, run_id: str) -> RunState:
+        """The last saved state of ``run_id``.
+
+        Raises:
+            RunNotFound: no run with this id.
+            SchemaVersionError: it was saved by an unknown run-state schema version.
+        """
+        rows = self._read(f"load run {run_id!r}", "SELECT state FROM runs WHERE run_id = ?", run_id)
+        if not rows:
+            raise RunNotFound(f"no run {run_id!r} in {self._path}")
+        return state_from_json(rows[0][0])
+
+    def tree(self, root_id: str) -> list[RunState]:
+        """Every run of the tree rooted at ``root_id``: the root, then by creation time.
+
+        Raises:
+            RunNotFound: no run belongs to this tree.
+        """
+        rows = self._read(
+            f"load tree {root_id!r}",
+            "SELECT state FROM runs WHERE root_id = ?"
+            " ORDER BY run_id != root_id, created_at, run_id",
+            root_id,
+        )
+        if not rows:
+            raise RunNotFound(f"no run tree {root_id!r} in {self._path}")
+        return [state_from_json(text) for (text,) in rows]
+
+    def list_runs(self, *, limit: int = 50, roots_only: bool = True) -> list[RunState]:
+        """Up to ``limit`` runs, most recently updated first (only roots by default)."""
+        if limit < 0:
+            raise ConfigError(f"limit must be >= 0, got {limit}")
+        where = "WHERE run_id = root_id" if roots_only else ""
+        rows = self._read(
+            "list runs",
+            f"SELECT state FROM runs {where} ORDER BY updated_at DESC, run_id LIMIT ?",
+            limit,
+        )
+        return [state_from_json(text) for (text,) in rows]
+
+    def resolve(self, prefix: str) -> str:
+        """The run id that ``prefix`` starts (an exact id always wins).
+
+        Raises:
+            ConfigError: the prefix is empty.
+            RunNotFound: no run id starts with it.
+            StateError: several do (the message lists some).
+        """
+        if not prefix:
+            raise ConfigError("a run id prefix must not be empty")
+        ids = [
+            run_id
+            for (run_id,) in self._read(
+                f"resolve run id prefix {prefix!r}",
+                "SELECT run_id FROM runs WHERE substr(run_id, 1, ?) = ? ORDER BY run_id LIMIT 6",
+                len(prefix),
+                prefix,
+            )
+        ]
+        return _pick(prefix, ids, self._path)
+
+    # -- events -----------------------------------------------------------
+
+    def add_events(self, events: Iterable[dict[str, Any]]) -> None:
+        """Append events, all or none, in one transaction.
+
+        Each event needs ``run_id``, ``root_id``, ``type`` and ``at``; the whole
+        dict is kept (as JSON) and comes back from :meth:`events`.
+
+        Raises:
+            StateError: an event lacks a key or is not JSON-serialisable.
+        """
+        rows = [_event_row(event) for event in events]
+        if not rows:
+            return
+        with self._write(f"add {len(rows)} events") as conn:
+            conn.executemany(
+                "INSERT INTO events (run_id, root_id, type, at, data) VALUES (?, ?, ?, ?, ?)",
+                rows,
+            )
+
+    def events(self, run_id: str | None = None, root_id: str | None = None) -> list[dict[str, Any]]:
+        """Stored events in the order they were added, optionally of one run or tree."""
+        rows = self._read(
+            "read events",
+            "SELECT data FROM events WHERE (?1 IS NULL OR run_id = ?1)"
+            " AND (?2 IS NULL OR root_id = ?2) ORDER BY seq",
+            run_id,
+            root_id,
+        )
+        return [json.loads(data) for (data,) in rows]
+
+    # -- cancel requests --------------------------------------------------
+
+    def request_cancel(self, run_id: str, reason: str) -> None:
+        """Ask whichever process runs ``run_id``'s tree to cancel that run.
+
+        A newer request for the same run replaces the older one's reason.
+
+        Raises:
+            RunNotFound: no run with this id.
+        """
+        with self._write(f"request cancel of run {run_id!r}") as conn:
+            found = conn.execute("SELECT root_id FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if found is None:
+                raise RunNotFound(f"no run {run_id!r} in {self._path}")
+            conn.execute(_UPSERT_CANCEL, (run_id, found[0], reason, time.time()))
+
+    def pending_cancels(self, root_id: str) -> dict[str, str]:
+        """Cancel requests for runs of the tree ``root_id``: reason by run id, oldest first."""
+        rows = self._read(
+            f"read cancel requests of {root_id!r}",
+            "SELECT run_id, reason FROM cancels WHERE root_id = ? ORDER BY requested_at, run_id",
+            root_id,
+        )
+        return dict(rows)
+
+    def clear_cancel(self, run_id: str) -> None:
+        """Forget the cancel request for ``run_id`` (if any): it has been applied."""
+        with self._write(f"clear cancel of run {run_id!r}") as conn:
+            conn.execute("DELETE FROM cancels WHERE run_id = ?", (run_id,))
+
+    # -- leases -----------------------------------------------------------
+
+    def acquire_lease(
+        self, root_id: str, owner: str, ttl: float = 30.0, now: float | None = None
+    ) -> None:
+        """Own the tree ``root_id`` for ``ttl`` seconds.
+
+        Succeeds when nobody holds the lease, when ``owner`` already does (the
+        lease is extended), or when the holder's lease has expired. The check
+        and the claim are one ``BEGIN IMMEDIATE`` transaction, so of several
+        processes racing for a lease exactly one wins.
+
+        Raises:
+            LeaseError: another owner holds an unexpired lease.
+        """
+        now = _now(now)
+        expires_at = now + _checked_ttl(ttl)
+        with self._write(f"acquire lease on {root_id!r}") as conn:
+            held = _lease_of(conn, root_id)
+            if held is not None and held[0] != owner and held[1] > now and _alive(held[0]):
+                raise _held_by(root_id, held, now)
+            conn.execute(
+                "INSERT OR REPLACE INTO leases (root_id, owner, expires_at) VALUES (?, ?, ?)",
+                (root_id, owner, expires_at),
+            )
+
+    def renew_lease(
+        self, root_id: str, owner: str, ttl: float = 30.0, now: float | None = None
+    ) -> None:
+        """Extend ``owner``'s lease on ``root_id`` to ``ttl`` seconds from now.
+
+        An expired lease that nobody else has taken can still be renewed.
+
+        Raises:
+            LeaseError: ``owner`` does not hold the lease (any more).
+        """
+        now = _now(now)
+        expires_at = now + _checked_ttl(ttl)
+        with self._write(f"renew lease on {root_id!r}") as conn:
+            held = _lease_of(conn, root_id)
+            if held is None or held[0] != owner:
+                raise _not_held(root_id, owner, held, now)
+            conn.execute(
+                "UPDATE leases SET expires_at = ? WHERE root_id = ?", (expires_at, root_id)
+            )
+
+    def release_lease(self, root_id: str, owner: str) -> None:
+        """Drop ``owner``'s lease on ``root_id``; another owner's lease is left alone."""
+        with self._write(f"release lease on {root_id!r}") as conn:
+            conn.execute("DELETE FROM leases WHERE root_id = ? AND owner = ?", (root_id, owner))
+
+    # -- plumbing ---------------------------------------------------------
+
+    def _create_schema(self) -> None:
+        with self._write("create the schema") as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value)")
+            found = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if found is None:
+                _create_tables(conn)
+            elif found[0] != STORE_SCHEMA_VERSION:
+                raise StateError(
+                    f"{self._path} has store schema version {found[0]!r}; this Orchestra "
+                    f"reads version {STORE_SCHEMA_VERSION} only (upgrade Orchestra)"
+                )
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StateError(f"the store at {self._path} is closed")
+        return self._conn
+
+    @contextlib.contextmanager
+    def _sqlite_errors(self, doing: str) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise StateError(f"{self._path}: cannot {doing}: {exc}") from exc
+
+    @contextlib.contextmanager
+    def _write(self, doing: str) -> Iterator[sqlite3.Connection]:
+        """One write transaction, holding the file's write lock from its start."""
+        with self._lock, self._sqlite_errors(doing):
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    def _read(self, doing: str, sql: str, *params: object) -> list[Any]:
+        """The rows of one query (one statement: a consistent snapshot)."""
+        with self._lock, self._sqlite_errors(doing):
+            return self._connection().execute(sql, params).fetchall()
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    """A connection to ``path`` in WAL mode, creating the file and its directories."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
+    except (OSError, sqlite3.Error) as exc:
+        raise StateError(f"cannot open the store at {path}: {exc}") from exc
+    try:
+        _configure(conn, path)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _configure(conn: sqlite3.Connection, path: Path) -> None:
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        conn.execute("PRAGMA synchronous = NORMAL")
+    except sqlite3.Error as exc:
+        raise StateError(f"cannot open the store at {path}: {exc}") from exc
+    if mode != "wal":
+        raise StateError(
+            f"the store at {path} cannot use WAL journaling (got {mode!r}); "
+            "put it on a local filesystem"
+        )
+
+
+def _create_tables(conn: sqlite3.Connection) -> None:
+    for statement in _TABLES:
+        conn.execute(statement)
+    conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (STORE_SCHEMA_VERSION,))
+
+
+def _now(now: float | None) -> float:
+    return time.time() if now is None else now
+
+
+def _checked_ttl(ttl: float) -> float:
+    if not (ttl > 0 and math.isfinite(ttl)):
+        raise ConfigError(f"a lease ttl must be a positive number of seconds, got {ttl}")
+    return ttl
+
+
+def _alive(owner: str) -> bool:
+    """False only when ``owner`` is a process on this host that no longer exists.
+
+    Owners are named ``pid N on HOST``; a lease left by a crashed (killed)
+    process on this machine is released at once instead of after its ttl.
+    """
+    match = re.fullmatch(r"pid (\d+) on (.+)", owner)
+    if match is None or match[2] != socket.gethostname():
+        return True
+    try:
+        os.kill(int(match[1]), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _lease_of(conn: sqlite3.Connection, root_id: str) -> tuple[str, float] | None:
+    row = conn.execute(
+        "SELECT owner, expires_at FROM leases WHERE root_id = ?", (root_id,)
+    ).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def _describe(held: tuple[str, float], now: float) -> str:
+    owner, expires_at = held
+    until = datetime.fromtimestamp(expires_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    left = expires_at - now
+    timing = f"{left:.1f} s left" if left > 0 else f"expired {-left:.1f} s ago"
+    return f"{owner!r} until {until} ({timing})"
+
+
+def _held_by(root_id: str, held: tuple[str, float], now: float) -> LeaseError:
+    return LeaseError(
+        f"run {root_id!r} is leased by {_describe(held, now)}; another process is running it"
+    )
+
+
+def _not_held(root_id: str, owner: str, held: tuple[str, float] | None, now: float) -> LeaseError:
+    holder = "nobody" if held is None else _describe(held, now)
+    return LeaseError(f"{owner!r} does not hold the lease on run {root_id!r} (held by {holder})")
+
+
+def _pick(prefix: str, ids: Sequence[str], path: Path) -> str:
+    """The one id ``prefix`` designates among the (sorted, capped) candidates."""
+    if prefix in ids:
+        return prefix
+    if not ids:
+        raise RunNotFound(f"no run id starts with {prefix!r} in {path}")
+    if len(ids) > 1:
+        shown = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+        raise StateError(f"run id prefix {prefix!r} is ambiguous: {shown} (give more characters)")
+    return ids[0]
+
+
+def _event_row(event: dict[str, Any]) -> tuple[str, str, str, float, str]:
+    """The columns of one event; :class:`StateError` if it cannot be stored."""
+    missing = [key for key in _EVENT_KEYS if key not in event]
+    if missing:
+        raise StateError(f"an event needs {', '.join(missing)}; got keys {sorted(event)}")
+    try:
+        data = json.dumps(event, separators=(",", ":"), allow_nan=False)
+        return (event["run_id"], event["root_id"], event["type"], float(event["at"]), data)
+    except (TypeError, ValueError) as exc:
+        raise StateError(f"event {event.get('type')!r} cannot be stored as JSON: {exc}") from exc
