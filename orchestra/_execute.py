@@ -80,6 +80,24 @@ def reopen(run: LiveRun, limits: Limits | None, note: str) -> None:
     state.status, state.reason, state.interruption, state.error = Status.RUNNING, "", None, None
 
 
+def load_live(runner: Runner, run_id: str, agent: Agent, parent: LiveRun | None) -> LiveRun:
+    """A saved run, live again, with its tree usage recounted from its descendants.
+
+    A process can die after a descendant saved its spend but before an ancestor
+    did; recounting from each run's own usage makes the tree totals exact again.
+    """
+    state = runner.store.load(run_id)
+    state.tree = _tree_usage(runner, state)
+    return LiveRun(state=state, agent=agent, runner=runner, parent=parent)
+
+
+def _tree_usage(runner: Runner, state: RunState) -> Usage:
+    total = state.own
+    for child_id in state.children.values():
+        total = total + _tree_usage(runner, runner.store.load(child_id))
+    return total
+
+
 def result_of(run: LiveRun) -> RunResult:
     """The result tree of a live run."""
     return RunResult(state=run.state, children=tuple(result_of(c) for c in run.children))
@@ -102,9 +120,7 @@ async def spawn_child(
     """
     existing = parent.state.children.get(call_id)
     if existing is not None:
-        child = LiveRun(
-            state=runner.store.load(existing), agent=agent, runner=runner, parent=parent
-        )
+        child = load_live(runner, existing, agent, parent)
         parent.children.append(child)
         if child.state.status in (Status.RUNNING, Status.INTERRUPTED):
             reopen(child, None, "")

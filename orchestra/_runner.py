@@ -24,7 +24,7 @@ from ._approval import approve, reject
 from ._budget import Margin
 from ._events import Event, EventSink
 from ._exceptions import StateError
-from ._execute import execute, new_state, reopen, result_of, spawn_child
+from ._execute import execute, load_live, new_state, reopen, result_of, spawn_child
 from ._money import PriceTable
 from ._provider import Provider
 from ._result import RunResult
@@ -191,10 +191,9 @@ class Runner:
             StateError: the run is a child run, or its status cannot be resumed.
             LeaseError: another process is running it.
         """
-        state = self.store.load(run_id)
-        if state.parent_id is not None:
-            raise StateError(f"run {run_id} is a child run; resume its root {state.root_id}")
-        live = LiveRun(state=state, agent=agent, runner=self)
+        live = load_live(self, run_id, agent, None)
+        if live.state.parent_id is not None:
+            raise StateError(f"run {run_id} is a child run; resume its root {live.state.root_id}")
         reopen(live, limits, note)
         return await self._root(live)
 

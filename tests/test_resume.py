@@ -34,3 +34,19 @@ async def test_completed_runs_cannot_be_resumed(runner, scenario_agent):
     done = await runner.run(agent, "go")
     with pytest.raises(StateError, match="ended completed; it cannot be resumed"):
         await runner.resume(done.run_id, agent)
+
+
+async def test_tree_usage_is_recounted_from_descendants_on_load(runner, scenario_agent):
+    from orchestra import Usage
+    from orchestra._execute import load_live
+
+    agent = scenario_agent("research")
+    done = await runner.run(agent, "go")
+    stale = runner.store.load(done.run_id)
+    stale.tree = Usage()  # as if the process died before the root saved its children's spend
+    runner.store.save(stale)
+    live = load_live(runner, done.run_id, agent, None)
+    assert live.state.tree == done.state.tree
+    assert live.state.tree.cost_pico == done.state.own.cost_pico + sum(
+        c.state.tree.cost_pico for c in done.children
+    )
