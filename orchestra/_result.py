@@ -58,7 +58,7 @@ class RunResult:
             "agent": s.agent,
             "status": s.status.value,
             "reason": s.reason,
-            "interruption": attrs.asdict(s.interruption) if s.interruption else None,
+            "interruption": s.interruption.to_dict() if s.interruption else None,
             "turns": s.turns,
             "tool_runs": s.own.tool_runs,
             "prompt_tokens": s.own.prompt_tokens,

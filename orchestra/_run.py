@@ -66,6 +66,8 @@ class LiveRun:
     reserved_turns: int = 0
     scope: trio.CancelScope | None = None
     cancel_reason: str | None = None
+    events: list[dict[str, Any]] = attrs.Factory(list)
+    """Events emitted since the last save; they are stored with the next one."""
     deadline: float = float("inf")
     """Trio-clock deadline of this run (already the min over its ancestors)."""
 
@@ -120,6 +122,7 @@ class LiveRun:
         """Send one event about this run to the runner's sinks."""
         s = self.state
         self.runner.emit(
+            self,
             Event(
                 type=type_,
                 run_id=s.run_id,
@@ -127,13 +130,14 @@ class LiveRun:
                 parent_id=s.parent_id,
                 at=self.runner.now(),
                 data=data,
-            )
+            ),
         )
 
     def checkpoint(self) -> None:
         """Save the state now (synchronous: a cancel cannot tear it)."""
         self.state.updated_at = time.time()
-        self.runner.store.save(self.state)
+        self.runner.store.save(self.state, self.events)
+        self.events.clear()
 
     def finish(self, exit_: Exit) -> None:
         """Record the run's one exit, emit ``run_stopped`` and save."""
@@ -151,6 +155,6 @@ class LiveRun:
             turns=s.turns,
             cost_usd=to_usd(s.own.cost_pico),
             tree_cost_usd=to_usd(s.tree.cost_pico),
-            interruption=attrs.asdict(s.interruption) if s.interruption else None,
+            interruption=s.interruption.to_dict() if s.interruption else None,
         )
         self.checkpoint()

@@ -96,13 +96,11 @@ class Runner:
         wall, trio0 = self._clock_origin
         return wall + trio.current_time() - trio0
 
-    def emit(self, event: Event) -> None:
-        """Send an event to the sink and, if it keeps them, the store."""
+    def emit(self, run: LiveRun, event: Event) -> None:
+        """Send an event to the sink now, and to the store with the run's next save."""
         if self.sink is not None:
             self.sink(event)
-        add_events = getattr(self.store, "add_events", None)
-        if add_events is not None:
-            add_events([event.to_dict()])
+        run.events.append(event.to_dict())
 
     # -- the live tree ----------------------------------------------------------
 

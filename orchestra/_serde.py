@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import cattrs
+import orjson
 
 from ._exceptions import SchemaVersionError, StateError
 from ._state import SCHEMA_VERSION, RunState
@@ -13,6 +13,8 @@ from ._state import SCHEMA_VERSION, RunState
 __all__ = ["state_from_dict", "state_from_json", "state_to_dict", "state_to_json"]
 
 _converter = cattrs.Converter(forbid_extra_keys=True)
+# Transcripts are JSON already: pass them through instead of walking every message.
+_converter.register_unstructure_hook_func(lambda t: t == list[dict[str, Any]], lambda value: value)
 
 
 def state_to_dict(state: RunState) -> dict[str, Any]:
@@ -23,7 +25,7 @@ def state_to_dict(state: RunState) -> dict[str, Any]:
 
 def state_to_json(state: RunState) -> str:
     """The state as a JSON document."""
-    return json.dumps(state_to_dict(state), sort_keys=True, separators=(",", ":"))
+    return orjson.dumps(state_to_dict(state)).decode()
 
 
 def state_from_dict(data: Any) -> RunState:
@@ -55,7 +57,7 @@ def state_from_dict(data: Any) -> RunState:
 def state_from_json(text: str | bytes) -> RunState:
     """Load a state saved by :func:`state_to_json`."""
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
         raise StateError(f"run state is not valid JSON: {exc}") from exc
     return state_from_dict(data)

@@ -27,6 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 
+import orjson
+
 from ._exceptions import ConfigError, LeaseError, RunNotFound, StateError
 from ._serde import state_from_json, state_to_json
 from ._state import RunState
@@ -164,8 +166,9 @@ class SQLiteStore:
 
     # -- runs -------------------------------------------------------------
 
-    def save(self, state: RunState) -> None:
-        """Insert or replace the state of ``state.run_id``, in one transaction."""
+    def save(self, state: RunState, events: Sequence[dict[str, Any]] = ()) -> None:
+        """Insert or replace the state of ``state.run_id`` and append ``events``, atomically."""
+        event_rows = [_event_row(event) for event in events]
         row = (
             state.run_id,
             state.root_id,
@@ -178,6 +181,8 @@ class SQLiteStore:
         )
         with self._write(f"save run {state.run_id!r}") as conn:
             conn.execute(_UPSERT_RUN, row)
+            if event_rows:
+                conn.executemany(_INSERT_EVENT, event_rows)
 
     def load(self, run_id: str) -> RunState:
         """The last saved state of ``run_id``.
@@ -255,10 +260,7 @@ class SQLiteStore:
         if not rows:
             return
         with self._write(f"add {len(rows)} events") as conn:
-            conn.executemany(
-                "INSERT INTO events (run_id, root_id, type, at, data) VALUES (?, ?, ?, ?, ?)",
-                rows,
-            )
+            conn.executemany(_INSERT_EVENT, rows)
 
     def events(self, run_id: str | None = None, root_id: str | None = None) -> list[dict[str, Any]]:
         """Stored events in the order they were added, optionally of one run or tree."""
@@ -501,13 +503,16 @@ def _pick(prefix: str, ids: Sequence[str], path: Path) -> str:
     return ids[0]
 
 
+_INSERT_EVENT = "INSERT INTO events (run_id, root_id, type, at, data) VALUES (?, ?, ?, ?, ?)"
+
+
 def _event_row(event: dict[str, Any]) -> tuple[str, str, str, float, str]:
     """The columns of one event; :class:`StateError` if it cannot be stored."""
     missing = [key for key in _EVENT_KEYS if key not in event]
     if missing:
         raise StateError(f"an event needs {', '.join(missing)}; got keys {sorted(event)}")
     try:
-        data = json.dumps(event, separators=(",", ":"), allow_nan=False)
+        data = orjson.dumps(event).decode()
         return (event["run_id"], event["root_id"], event["type"], float(event["at"]), data)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, orjson.JSONEncodeError) as exc:
         raise StateError(f"event {event.get('type')!r} cannot be stored as JSON: {exc}") from exc

@@ -96,6 +96,17 @@ class Interruption:
     tool: str | None = None
     arguments: dict[str, Any] | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        """As plain JSON data (``kind`` as its string)."""
+        return {
+            "kind": self.kind.value,
+            "reason": self.reason,
+            "run_id": self.run_id,
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "arguments": self.arguments,
+        }
+
 
 @attrs.frozen(kw_only=True)
 class Usage:

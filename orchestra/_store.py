@@ -7,7 +7,7 @@ whole or not at all.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from ._exceptions import RunNotFound
@@ -20,8 +20,8 @@ __all__ = ["MemoryStore", "Store"]
 class Store(Protocol):
     """Persistence for run states and their events."""
 
-    def save(self, state: RunState) -> None:
-        """Replace the saved state of ``state.run_id`` atomically."""
+    def save(self, state: RunState, events: Sequence[dict[str, Any]] = ()) -> None:
+        """Replace the saved state of ``state.run_id`` and append ``events``, atomically."""
         ...
 
     def load(self, run_id: str) -> RunState:
@@ -44,8 +44,9 @@ class MemoryStore:
         self._states: dict[str, str] = {}
         self._events: list[dict[str, Any]] = []
 
-    def save(self, state: RunState) -> None:
+    def save(self, state: RunState, events: Sequence[dict[str, Any]] = ()) -> None:
         self._states[state.run_id] = state_to_json(state)
+        self._events.extend(events)
 
     def load(self, run_id: str) -> RunState:
         try:

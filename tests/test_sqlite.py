@@ -507,3 +507,14 @@ def test_processes_racing_for_a_lease_one_wins(
     assert sum(r == ["refused"] for r in results) == 5
     with pytest.raises(LeaseError, match=f"leased by 'pid {winners[0][1]}'"):
         store.acquire_lease("root", "latecomer")
+
+
+def test_save_with_events_stores_both_in_one_go(store: SQLiteStore) -> None:
+    state = RunState(run_id="r1", root_id="r1", agent="a", model="m")
+    event = {"run_id": "r1", "root_id": "r1", "type": "turn", "at": 1.0, "prompt_tokens": 3}
+    store.save(state, [event])
+    assert store.load("r1") == state
+    assert store.events(run_id="r1") == [event]
+    with pytest.raises(StateError):
+        store.save(state, [{"run_id": "r1"}])  # a bad event: nothing is written
+    assert store.events(run_id="r1") == [event]
