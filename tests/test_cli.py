@@ -63,3 +63,40 @@ def test_demo_writes_a_jsonl_trace(tmp_path):
     lines = [json.loads(line) for line in trace.read_text().splitlines()]
     assert {"turn", "tool_start", "tool_result", "run_stopped"} <= {e["type"] for e in lines}
     assert len({e["run_id"] for e in lines}) == 1
+
+
+def test_runs_show_and_trace_read_the_store():
+    _, report = demo("research")
+    listed = json.loads(CliRunner().invoke(main, ["runs", "--json"]).stdout)
+    assert listed[0]["run_id"] == report["run_id"]
+    shown = json.loads(CliRunner().invoke(main, ["show", report["run_id"][:10], "--json"]).stdout)
+    assert shown["tree_cost_usd"] == report["tree_cost_usd"]
+    assert len(shown["children"]) == 3
+    events = json.loads(CliRunner().invoke(main, ["trace", report["run_id"], "--json"]).stdout)
+    assert {e["run_id"] for e in events} == {
+        report["run_id"],
+        *(c["run_id"] for c in shown["children"]),
+    }
+    assert events[-1]["type"] == "run_stopped"
+
+
+def test_research_tree_cost_adds_up_to_the_micro_dollar():
+    code, report = demo("research")
+    assert code == 0
+    children = sum(c["tree_cost_usd"] for c in report["children"])
+    assert abs(report["tree_cost_usd"] - (report["cost_usd"] + children)) < 1e-6
+
+
+def test_research_runaway_child_budget():
+    code, report = demo("research_runaway", "--max-budget", "0.02", "--child-budget", "0.005")
+    assert code == 0 and report["status"] == "completed"
+    runaway = [c for c in report["children"] if c["status"] == "budget_exceeded"]
+    assert len(runaway) == 1 and runaway[0]["tree_cost_usd"] <= 0.005
+    for node in [report, *report["children"]]:
+        assert node["budget_usd"] is None or node["tree_cost_usd"] <= node["budget_usd"]
+
+
+def test_unknown_run_is_a_clear_error():
+    result = CliRunner().invoke(main, ["show", "run_nope"])
+    assert result.exit_code != 0
+    assert "run_nope" in str(result.exception)

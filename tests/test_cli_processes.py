@@ -1,0 +1,160 @@
+"""The CLI across real processes: approval and resume, cancel from outside, Ctrl-C."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestra import Event, Status
+from orchestra._cli_session import Progress
+from orchestra._sqlite import SQLiteStore
+
+ORCHESTRA = [sys.executable, "-c", "from orchestra._cli import run; run()"]
+
+
+def cli(*args: str, check: int | None = 0) -> dict[str, Any]:
+    done = subprocess.run(
+        [*ORCHESTRA, *args, "--json"], capture_output=True, text=True, timeout=120
+    )
+    if check is not None:
+        assert done.returncode == check, done.stderr
+    return json.loads(done.stdout)
+
+
+def wait_for(predicate: Any, timeout: float = 30.0) -> Any:
+    """Poll the store for a condition set by another process (bounded)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError("condition not reached")
+
+
+def test_destructive_approve_and_resume_in_new_processes(tmp_path: Path) -> None:
+    sandbox = tmp_path / "box"
+    stopped = cli("demo", "destructive", "--dir", str(sandbox), check=6)
+    assert stopped["status"] == "interrupted"
+    waiting = stopped["interruption"]
+    assert (waiting["kind"], waiting["tool"], waiting["arguments"]) == (
+        "approval",
+        "delete_file",
+        {"path": "access.log"},
+    )
+    assert (sandbox / "access.log").exists()
+    cli("approve", stopped["run_id"])
+    done = cli("resume", stopped["run_id"])
+    assert done["status"] == "completed"
+    assert done["answer"] == "Deleted access.log to free space."
+    assert done["turns"] == 3 and done["tool_runs"] == 2
+    assert done["cost_usd"] > stopped["cost_usd"]
+    assert not (sandbox / "access.log").exists()
+    with pytest.raises(AssertionError):
+        cli("resume", stopped["run_id"])  # completed: refused, nothing runs twice
+
+
+def test_destructive_reject_deletes_nothing(tmp_path: Path) -> None:
+    sandbox = tmp_path / "box"
+    stopped = cli("demo", "destructive", "--dir", str(sandbox), check=6)
+    cli("reject", stopped["run_id"], "--reason", "keep it")
+    done = cli("resume", stopped["run_id"])
+    assert (sandbox / "access.log").exists()
+    assert "nothing was deleted" in done["answer"] and "keep it" in done["answer"]
+
+
+def _running_tree(store: SQLiteStore, in_tool: int) -> str | None:
+    roots = store.list_runs(limit=1)
+    if not roots or roots[0].status is not Status.RUNNING:
+        return None
+    started = [e for e in store.events(root_id=roots[0].run_id) if e["type"] == "run_started"]
+    return roots[0].run_id if len(started) >= in_tool else None
+
+
+def test_orchestra_cancel_stops_a_tree_in_another_process(_private_store: Path) -> None:
+    runner = subprocess.Popen(
+        [*ORCHESTRA, "demo", "slow_tree", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        store = SQLiteStore(_private_store)
+        root = wait_for(lambda: _running_tree(store, 4))
+        told = cli("cancel", root, "--reason", "from another shell")
+        assert told["status"] == "interrupted"
+        assert told["stopped_after_ms"] < 1000
+        out, _ = runner.communicate(timeout=30)
+    finally:
+        runner.kill()
+    assert runner.returncode == 6
+    assert json.loads(out)["reason"] == "from another shell"
+    tree = store.tree(root)
+    assert len(tree) == 4
+    assert all(s.status is Status.INTERRUPTED and s.reason == "from another shell" for s in tree)
+
+
+def test_first_ctrl_c_stops_the_tree_gracefully(_private_store: Path) -> None:
+    runner = subprocess.Popen(
+        [*ORCHESTRA, "demo", "slow_tree", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        store = SQLiteStore(_private_store)
+        root = wait_for(lambda: _running_tree(store, 4))
+        runner.send_signal(signal.SIGINT)
+        out, err = runner.communicate(timeout=30)
+    finally:
+        runner.kill()
+    assert runner.returncode == 6
+    report = json.loads(out)
+    assert report["status"] == "interrupted" and report["reason"] == "interrupted by SIGINT"
+    assert "again to exit at once" in err
+    assert all(s.status is Status.INTERRUPTED for s in store.tree(root))
+
+
+def test_cancel_after_stops_the_slow_tool_on_time() -> None:
+    report = cli("demo", "slow", "--cancel-after", "1.2", check=6)
+    assert report["status"] == "interrupted"
+    assert report["interruption"]["kind"] == "cancelled"
+    assert 1200 <= report["elapsed_ms"] < 2000  # measured: 1201-1215 ms on an idle machine
+
+
+def test_progress_line_shows_label_and_elapsed() -> None:
+    stream = io.StringIO()
+    progress = Progress(stream)
+    progress(
+        Event(
+            type="tool_progress",
+            run_id="run_abcdef123456",
+            root_id="r",
+            parent_id=None,
+            at=0.0,
+            data={
+                "tool": "scan_archive",
+                "call_id": "c",
+                "label": "scanned 400",
+                "elapsed_ms": 400.0,
+            },
+        )
+    )
+    assert "scan_archive [123456] scanned 400 (0.4 s)" in stream.getvalue()
+    progress(Event(type="tool_result", run_id="r", root_id="r", parent_id=None, at=0.0))
+    assert stream.getvalue().endswith("\r\033[K")
+
+
+def test_store_location_comes_from_the_environment(_private_store: Path) -> None:
+    cli("demo", "plan")
+    assert _private_store.exists()
+    assert os.environ["ORCHESTRA_STORE"] == str(_private_store)
