@@ -108,6 +108,9 @@ def _turn_fields(run: LiveRun, reply: ChatReply) -> dict[str, Any]:
         "prompt_tokens": reply.prompt_tokens,
         "completion_tokens": reply.completion_tokens,
         "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+        "call_cost_usd": to_usd(
+            run.runner.prices[run.state.model].cost(reply.prompt_tokens, reply.completion_tokens)
+        ),
         "cost_usd": to_usd(run.state.own.cost_pico),
         "tree_cost_usd": to_usd(run.state.tree.cost_pico),
         "finish": reply.finish_reason,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -77,6 +78,7 @@ class Runner:
         sink: receives every event (e.g. a :class:`JsonlSink`).
         prompt_margin: slack on our prompt count when reserving budget.
         poll_interval: how often a root run checks the store for cancel requests.
+        tracer: sees every event with its live run first (e.g. an :class:`OTelTracer`).
     """
 
     provider: Provider
@@ -85,6 +87,7 @@ class Runner:
     sink: EventSink | None = None
     prompt_margin: Margin = Margin()
     poll_interval: float = 0.05
+    tracer: Callable[[LiveRun, Event], None] | None = None
     _live: dict[str, LiveRun] = attrs.field(factory=dict, init=False)
     _clock_origin: tuple[float, float] | None = attrs.field(default=None, init=False)
     owner: str = attrs.field(factory=lambda: f"pid {os.getpid()} on {socket.gethostname()}")
@@ -98,6 +101,8 @@ class Runner:
 
     def emit(self, run: LiveRun, event: Event) -> None:
         """Send an event to the sink now, and to the store with the run's next save."""
+        if self.tracer is not None:
+            self.tracer(run, event)
         if self.sink is not None:
             self.sink(event)
         run.events.append(event.to_dict())

@@ -1,0 +1,310 @@
+"""OpenTelemetry spans for the run tree, following the GenAI semantic conventions.
+
+One ``invoke_agent {agent}`` span per run (per process segment of a run), one
+``chat {model}`` span per model call and one ``execute_tool {tool}`` span per
+tool call. A child run's agent span is a child of the parent's
+``execute_tool`` span, so one trace holds the whole tree. Run ids, the call's
+own cost (chat spans) and the run's own and tree cost (agent spans) are in the
+``orchestra.*`` namespace; no cost is counted twice across levels.
+
+The span context of every run is saved with its state
+(``RunState.trace_context``): a run resumed in another process, days later,
+starts its new agent span as a child of the last one, in the same trace.
+
+Spans are built from the run's events on the trio thread; exporting is done
+by the SDK's ``BatchSpanProcessor`` in its own thread. Message contents and
+tool arguments are recorded only with ``capture_content=True``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import trio
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from ._events import Event
+from ._exceptions import ConfigError
+from ._run import LiveRun
+
+__all__ = ["OTelTracer", "configure_otlp", "flush_spans"]
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+_INSTRUMENTATION = "orchestra"
+
+
+class OTelTracer:
+    """Turns a runner's events into OpenTelemetry spans.
+
+    Pass it as ``Runner(tracer=OTelTracer())``. ``provider_name`` fills
+    ``gen_ai.provider.name`` (the model vendor behind the endpoint).
+    """
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: trace.TracerProvider | None = None,
+        provider_name: str = "openai",
+        capture_content: bool = False,
+    ) -> None:
+        self._tracer = trace.get_tracer(_INSTRUMENTATION, tracer_provider=tracer_provider)
+        self._provider_name = provider_name
+        self._capture = capture_content
+        self._agents: dict[str, Span] = {}
+        self._chats: dict[str, Span] = {}
+        self._tools: dict[tuple[str, str], Span] = {}
+
+    def __call__(self, run: LiveRun, event: Event) -> None:
+        handler = getattr(self, f"_on_{event.type}", None)
+        if handler is not None:
+            handler(run, event)
+
+    # -- agent spans ------------------------------------------------------------
+
+    def _on_run_started(self, run: LiveRun, event: Event) -> None:
+        state = run.state
+        parent, links = self._parent(run)
+        span = self._tracer.start_span(
+            f"invoke_agent {state.agent}",
+            context=parent,
+            kind=SpanKind.INTERNAL,
+            links=links,
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.provider.name": self._provider_name,
+                "gen_ai.agent.name": state.agent,
+                "gen_ai.agent.id": state.run_id,
+                "gen_ai.conversation.id": state.root_id,
+                "gen_ai.request.model": state.model,
+                **_ids(run),
+                "orchestra.resumed": bool(event.data.get("resumed")),
+            },
+        )
+        self._agents[state.run_id] = span
+        carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+        state.trace_context = carrier
+
+    def _parent(self, run: LiveRun) -> tuple[otel_context.Context | None, Sequence[Link]]:
+        """The live parent span (the spawning tool call), else the saved context."""
+        saved = trace.get_current_span(
+            _PROPAGATOR.extract(run.state.trace_context)
+        ).get_span_context()
+        links = [Link(saved)] if saved.is_valid else []
+        tool = None
+        if run.parent is not None and run.state.parent_call_id is not None:
+            tool = self._tools.get((run.parent.state.run_id, run.state.parent_call_id))
+        if tool is not None:
+            return trace.set_span_in_context(tool), links
+        if saved.is_valid:
+            return trace.set_span_in_context(trace.NonRecordingSpan(saved)), []
+        return None, []
+
+    def _on_approval_required(self, run: LiveRun, event: Event) -> None:
+        span = self._agents.get(run.state.run_id)
+        if span is not None:
+            span.add_event(
+                "approval_required",
+                {
+                    "gen_ai.tool.name": str(event.data["tool"]),
+                    "gen_ai.tool.call.id": str(event.data["call_id"]),
+                },
+            )
+
+    def _on_run_stopped(self, run: LiveRun, event: Event) -> None:
+        state = run.state
+        why = _stop_error(run)
+        for key in [k for k in self._tools if k[0] == state.run_id]:
+            _end_with_error(self._tools.pop(key), why or "run stopped")
+        chat = self._chats.pop(state.run_id, None)
+        if chat is not None:
+            _end_with_error(chat, why or "run stopped")
+        span = self._agents.pop(state.run_id, None)
+        if span is None:
+            return
+        span.set_attributes(
+            {
+                "orchestra.status": state.status.value,
+                "orchestra.stop_reason": state.reason,
+                "orchestra.cost_usd": state.own.cost_usd,
+                "orchestra.tree_cost_usd": state.tree.cost_usd,
+                "orchestra.turns": state.turns,
+                "orchestra.tool_runs": state.own.tool_runs,
+                "orchestra.child_runs": state.own.child_runs,
+                "gen_ai.usage.input_tokens": state.own.prompt_tokens,
+                "gen_ai.usage.output_tokens": state.own.completion_tokens,
+            }
+        )
+        span.add_event(
+            "run_stopped",
+            {"orchestra.status": state.status.value, "orchestra.stop_reason": state.reason},
+        )
+        if why is not None:
+            _end_with_error(span, why, state.reason)
+        else:
+            span.end()
+
+    # -- chat spans ---------------------------------------------------------------
+
+    def _on_model_request(self, run: LiveRun, event: Event) -> None:
+        agent = self._agents.get(run.state.run_id)
+        span = self._tracer.start_span(
+            f"chat {run.state.model}",
+            kind=SpanKind.CLIENT,
+            context=trace.set_span_in_context(agent) if agent else None,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": self._provider_name,
+                "gen_ai.request.model": run.state.model,
+                "gen_ai.request.max_tokens": int(event.data["max_tokens"]),
+                "orchestra.prompt_tokens_counted": int(event.data["prompt_tokens"]),
+                "orchestra.turn": int(event.data["turn"]),
+                **_ids(run),
+            },
+        )
+        self._chats[run.state.run_id] = span
+
+    def _on_turn(self, run: LiveRun, event: Event) -> None:
+        span = self._chats.pop(run.state.run_id, None)
+        if span is None:
+            return
+        d = event.data
+        span.set_attributes(
+            {
+                "gen_ai.usage.input_tokens": int(d["prompt_tokens"]),
+                "gen_ai.usage.output_tokens": int(d["completion_tokens"]),
+                "gen_ai.response.finish_reasons": [str(d["finish"])],
+                "orchestra.cost_usd": float(d["call_cost_usd"]),
+            }
+        )
+        span.end()
+
+    # -- tool spans ---------------------------------------------------------------
+
+    def _start_tool(self, run: LiveRun, tool: str, call_id: str, args: Any) -> Span:
+        agent = self._agents.get(run.state.run_id)
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool,
+            "gen_ai.tool.call.id": call_id,
+            "gen_ai.tool.type": "function",
+            **_ids(run),
+        }
+        if self._capture and args is not None:
+            attributes["gen_ai.tool.call.arguments"] = json.dumps(args)
+        return self._tracer.start_span(
+            f"execute_tool {tool}",
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            context=trace.set_span_in_context(agent) if agent else None,
+        )
+
+    def _on_tool_start(self, run: LiveRun, event: Event) -> None:
+        d = event.data
+        key = (run.state.run_id, str(d["call_id"]))
+        self._tools[key] = self._start_tool(run, str(d["tool"]), key[1], d.get("args"))
+
+    def _on_tool_progress(self, run: LiveRun, event: Event) -> None:
+        span = self._tools.get((run.state.run_id, str(event.data["call_id"])))
+        if span is not None:
+            span.add_event(
+                "progress",
+                {
+                    "orchestra.label": str(event.data["label"]),
+                    "orchestra.elapsed_ms": float(event.data["elapsed_ms"]),
+                },
+            )
+
+    def _on_tool_result(self, run: LiveRun, event: Event) -> None:
+        d = event.data
+        key = (run.state.run_id, str(d["call_id"]))
+        span = self._tools.pop(key, None)
+        if span is None:  # decided without running (rejected, deduplicated, invalid)
+            span = self._start_tool(run, str(d["tool"]), key[1], None)
+            span.set_attribute("orchestra.tool.decided", True)
+            span.end()
+        elif d.get("ok"):
+            span.end()
+        else:
+            _end_with_error(span, "tool_error")
+
+
+def _ids(run: LiveRun) -> dict[str, str]:
+    state = run.state
+    ids = {"orchestra.run.id": state.run_id, "orchestra.root_run.id": state.root_id}
+    if state.parent_id is not None:
+        ids["orchestra.parent_run.id"] = state.parent_id
+    return ids
+
+
+def _stop_error(run: LiveRun) -> str | None:
+    """``error.type`` for a stopped run: cancellations and failures are errors."""
+    state = run.state
+    if state.interruption is not None and state.interruption.kind.value == "cancelled":
+        return "cancelled"
+    if state.status.value == "failed":
+        return (state.error or "failed").split(":", 1)[0].split("\n", 1)[0][:80] or "failed"
+    return None
+
+
+def _end_with_error(span: Span, error_type: str, description: str = "") -> None:
+    span.set_attribute("error.type", error_type)
+    span.set_status(Status(StatusCode.ERROR, description or error_type))
+    span.end()
+
+
+# -- export -------------------------------------------------------------------------
+
+
+def configure_otlp(
+    *, service_name: str | None = None, protocol: str | None = None, endpoint: str | None = None
+) -> TracerProvider:
+    """A tracer provider exporting over OTLP in a background batch processor.
+
+    Follows the standard variables: ``OTEL_SERVICE_NAME`` (default
+    ``orchestra``), ``OTEL_EXPORTER_OTLP_PROTOCOL`` / ``..._TRACES_PROTOCOL``
+    (``http/protobuf``, the default, or ``grpc``) and
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``..._TRACES_ENDPOINT``.
+    """
+    protocol = (
+        protocol
+        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    )
+    name = service_name or os.environ.get("OTEL_SERVICE_NAME") or "orchestra"
+    provider = TracerProvider(resource=Resource.create({"service.name": name}))
+    provider.add_span_processor(BatchSpanProcessor(_exporter(protocol, endpoint)))
+    return provider
+
+
+def _exporter(protocol: str, endpoint: str | None) -> Any:
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc
+
+        return Grpc(endpoint=endpoint, insecure=True) if endpoint else Grpc()
+    if protocol in ("http/protobuf", "http"):
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http
+
+        if endpoint and not endpoint.rstrip("/").endswith("/v1/traces"):
+            endpoint = endpoint.rstrip("/") + "/v1/traces"
+        return Http(endpoint=endpoint) if endpoint else Http()
+    raise ConfigError(f"unknown OTLP protocol {protocol!r}: use 'http/protobuf' or 'grpc'")
+
+
+async def flush_spans(provider: TracerProvider, timeout_s: float = 10.0) -> None:
+    """Flush the batch processor from a worker thread (never blocks the trio thread).
+
+    Note: ``force_flush`` reports True even when the export itself failed;
+    check the backend, not this call, to know the spans arrived.
+    """
+    await trio.to_thread.run_sync(provider.force_flush, int(timeout_s * 1000))
