@@ -51,6 +51,29 @@ store_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 
 
+def otlp_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--otlp``: export spans over OTLP (standard ``OTEL_*`` variables apply)."""
+    fn = click.option(
+        "--otlp-endpoint", default=None, help="Overrides OTEL_EXPORTER_OTLP_ENDPOINT."
+    )(fn)
+    fn = click.option(
+        "--otlp-protocol",
+        type=click.Choice(["http/protobuf", "grpc"]),
+        default=None,
+        help="Overrides OTEL_EXPORTER_OTLP_PROTOCOL.",
+    )(fn)
+    return click.option("--otlp", is_flag=True, help="Export OpenTelemetry spans over OTLP.")(fn)
+
+
+def _tracing(otlp: bool, protocol: str | None, endpoint: str | None) -> tuple[Any, Any]:
+    if not otlp:
+        return None, None
+    from ._otel import OTelTracer, configure_otlp
+
+    provider = configure_otlp(protocol=protocol, endpoint=endpoint)
+    return OTelTracer(tracer_provider=provider), provider
+
+
 def _limits(max_turns: int | None, max_budget: float | None, timeout: float | None) -> Limits:
     return Limits(max_turns=max_turns, max_budget_usd=max_budget, timeout_s=timeout)
 
@@ -65,8 +88,15 @@ def _sandbox(directory: str | None) -> Path:
 
 
 def _finish(
-    result: Any, session: Session, elapsed: float | None, as_json: bool, store_path: str | None
+    result: Any,
+    session: Session,
+    elapsed: float | None,
+    as_json: bool,
+    store_path: str | None,
+    spans: Any = None,
 ) -> None:
+    if spans is not None:
+        spans.shutdown()  # flushes the batch processor; trio is no longer running
     out = report(result, session.store, elapsed, session.recipe.directory)
     if as_json:
         click.echo(json.dumps(out, sort_keys=True))
@@ -77,7 +107,12 @@ def _finish(
 
 
 def _start(
-    session: Session, limits: Limits, task: str, as_json: bool, store_path: str | None
+    session: Session,
+    limits: Limits,
+    task: str,
+    as_json: bool,
+    store_path: str | None,
+    spans: Any = None,
 ) -> None:
     encoding()  # load the tokenizer before the clock starts
     agent = session.recipe.agent(limits)
@@ -87,7 +122,7 @@ def _start(
         return await runner.run(agent, task, run_id=root_id, metadata=session.recipe.metadata())
 
     result, elapsed = trio.run(supervise, session, root_id, go)
-    _finish(result, session, elapsed, as_json, store_path)
+    _finish(result, session, elapsed, as_json, store_path, spans)
 
 
 @click.group()
@@ -122,6 +157,7 @@ def main() -> None:
 @click.option("--trace", type=click.Path(dir_okay=False), default=None, help="Append JSONL here.")
 @store_option
 @json_option
+@otlp_options
 def demo(
     scenario: str,
     max_turns: int,
@@ -138,6 +174,9 @@ def demo(
     trace: str | None,
     store_path: str | None,
     as_json: bool,
+    otlp: bool,
+    otlp_protocol: str | None,
+    otlp_endpoint: str | None,
 ) -> None:
     """Run SCENARIO against the embedded scripted provider."""
     recipe = Recipe(
@@ -149,8 +188,13 @@ def demo(
         child_budget=child_budget,
         child_turns=child_turns,
     )
+    tracer, spans = _tracing(otlp, otlp_protocol, otlp_endpoint)
     session = Session(
-        recipe=recipe, store=_store(store_path), trace=trace, cancel_after=cancel_after
+        recipe=recipe,
+        store=_store(store_path),
+        trace=trace,
+        cancel_after=cancel_after,
+        tracer=tracer,
     )
     _start(
         session,
@@ -158,6 +202,7 @@ def demo(
         demo_task(scenario, children),
         as_json,
         store_path,
+        spans,
     )
 
 
@@ -173,6 +218,7 @@ def demo(
 @click.option("--trace", type=click.Path(dir_okay=False), default=None)
 @store_option
 @json_option
+@otlp_options
 def run_command(
     task: str,
     base_url: str,
@@ -185,11 +231,17 @@ def run_command(
     trace: str | None,
     store_path: str | None,
     as_json: bool,
+    otlp: bool,
+    otlp_protocol: str | None,
+    otlp_endpoint: str | None,
 ) -> None:
     """Run TASK with the file catalog against any OpenAI-compatible endpoint."""
     recipe = Recipe(directory=str(Path(directory).resolve()), base_url=base_url, model=model)
-    session = Session(recipe=recipe, store=_store(store_path), trace=trace, api_key=api_key)
-    _start(session, _limits(max_turns, max_budget, timeout), task, as_json, store_path)
+    tracer, spans = _tracing(otlp, otlp_protocol, otlp_endpoint)
+    session = Session(
+        recipe=recipe, store=_store(store_path), trace=trace, api_key=api_key, tracer=tracer
+    )
+    _start(session, _limits(max_turns, max_budget, timeout), task, as_json, store_path, spans)
 
 
 @main.command()
@@ -201,6 +253,7 @@ def run_command(
 @click.option("--trace", type=click.Path(dir_okay=False), default=None)
 @store_option
 @json_option
+@otlp_options
 def resume(
     run_id: str,
     max_turns: int | None,
@@ -210,6 +263,9 @@ def resume(
     trace: str | None,
     store_path: str | None,
     as_json: bool,
+    otlp: bool,
+    otlp_protocol: str | None,
+    otlp_endpoint: str | None,
 ) -> None:
     """Continue a stopped run (after an approval, a cancel, a crash or a raised limit)."""
     store = _store(store_path)
@@ -223,7 +279,8 @@ def resume(
             deadline=None if timeout is not None else state.limits.deadline,
         )
     recipe = Recipe.of(state)
-    session = Session(recipe=recipe, store=store, trace=trace, api_key=api_key)
+    tracer, spans = _tracing(otlp, otlp_protocol, otlp_endpoint)
+    session = Session(recipe=recipe, store=store, trace=trace, api_key=api_key, tracer=tracer)
     encoding()
 
     async def go(runner: Any) -> Any:
@@ -235,7 +292,7 @@ def resume(
         )
 
     result, elapsed = trio.run(supervise, session, state.run_id, go)
-    _finish(result, session, elapsed, as_json, store_path)
+    _finish(result, session, elapsed, as_json, store_path, spans)
 
 
 def _decision(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -38,6 +38,8 @@ def print_tree(report: dict[str, Any], depth: int = 0) -> None:
         print_tree(child, depth + 1)
     if depth == 0 and report.get("dir"):
         click.echo(f"dir: {report['dir']}")
+    if depth == 0 and report.get("trace_id"):
+        click.echo(f"trace: {report['trace_id']}")
 
 
 def print_waiting(report: dict[str, Any], store_flag: str) -> None:

@@ -85,6 +85,7 @@ class Session:
     trace: str | None = None
     api_key: str = ""
     cancel_after: float | None = None
+    tracer: Any = None
 
 
 async def supervise(
@@ -94,7 +95,10 @@ async def supervise(
     trace = JsonlSink(path=session.trace) if session.trace else None
     async with session.recipe.provider(session.api_key) as provider:
         runner = Runner(
-            provider=provider, store=session.store, sink=fanout(trace, _progress_sink())
+            provider=provider,
+            store=session.store,
+            sink=fanout(trace, _progress_sink()),
+            tracer=session.tracer,
         )
         started = trio.current_time()
         async with trio.open_nursery() as nursery:
@@ -141,4 +145,6 @@ def report(
     out["elapsed_ms"] = None if elapsed_ms is None else round(elapsed_ms, 1)
     out["total_elapsed_ms"] = round(result.state.elapsed_s * 1000, 1)
     out["dir"] = directory
+    parent = result.state.trace_context.get("traceparent", "")
+    out["trace_id"] = parent.split("-")[1] if parent.count("-") == 3 else None
     return out
