@@ -27,7 +27,7 @@ from ._demo import SCENARIOS, demo_task
 from ._exceptions import OrchestraError
 from ._execute import new_run_id
 from ._sqlite import SQLiteStore
-from ._state import Limits, Status
+from ._state import Limits, RunState, Status
 from ._tokens import encoding
 
 __all__ = ["main", "run"]
@@ -35,6 +35,12 @@ __all__ = ["main", "run"]
 
 def _store(path: str | None) -> SQLiteStore:
     return SQLiteStore(path)
+
+
+def _loaded(store_path: str | None, run_id: str) -> tuple[SQLiteStore, RunState]:
+    """The store and the run that a (possibly shortened) id names."""
+    store = _store(store_path)
+    return store, store.load(store.resolve(run_id))
 
 
 def _store_flag(path: str | None) -> str:
@@ -268,8 +274,7 @@ def resume(
     otlp_endpoint: str | None,
 ) -> None:
     """Continue a stopped run (after an approval, a cancel, a crash or a raised limit)."""
-    store = _store(store_path)
-    state = store.load(store.resolve(run_id))
+    store, state = _loaded(store_path, run_id)
     raised = None
     if (max_turns, max_budget, timeout) != (None, None, None):
         raised = Limits(
@@ -434,8 +439,7 @@ def runs(limit: int, all_runs: bool, store_path: str | None, as_json: bool) -> N
 @json_option
 def show(run_id: str, store_path: str | None, as_json: bool) -> None:
     """A run's tree with status and costs, and the call it waits on if any."""
-    store = _store(store_path)
-    state = store.load(store.resolve(run_id))
+    store, state = _loaded(store_path, run_id)
     result = tree_result(store.tree(state.root_id), state.run_id)
     directory = Recipe.of(state).directory if state.metadata else None
     out = report(result, store, None, directory)
@@ -452,8 +456,7 @@ def show(run_id: str, store_path: str | None, as_json: bool) -> None:
 @json_option
 def trace(run_id: str, store_path: str | None, as_json: bool) -> None:
     """A run tree's events, in order (JSON lines)."""
-    store = _store(store_path)
-    state = store.load(store.resolve(run_id))
+    store, state = _loaded(store_path, run_id)
     events = (
         store.events(root_id=state.root_id)
         if state.parent_id is None

@@ -286,26 +286,13 @@ async def run_call(run: LiveRun, call: Call) -> None:
 
 
 def _on_error(run: LiveRun, call: Call, exc: Exception) -> tuple[str, bool, Exit | None]:
+    """The failed call's result text, and the run's exit if the policy makes it fatal."""
     policy = run.agent.policy
     text = policy.error_text(call.tool.name, exc)
     if isinstance(exc, policy.permanent_errors):
-        return (
-            text,
-            False,
-            Exit(
-                status=Status.FAILED,
-                error=f"{type(exc).__name__}: {exc}",
-                reason=f"{call.tool.name} failed in a way retrying cannot fix: {exc}",
-            ),
-        )
-    if policy.fatal_errors:
-        return (
-            text,
-            False,
-            Exit(
-                status=Status.FAILED,
-                error=f"{type(exc).__name__}: {exc}",
-                reason=f"{call.tool.name} failed: {exc}",
-            ),
-        )
-    return text, False, None
+        why = f"{call.tool.name} failed in a way retrying cannot fix: {exc}"
+    elif policy.fatal_errors:
+        why = f"{call.tool.name} failed: {exc}"
+    else:
+        return text, False, None
+    return text, False, Exit(status=Status.FAILED, reason=why, error=f"{type(exc).__name__}: {exc}")
