@@ -138,7 +138,12 @@ def main() -> None:
 
 @main.command()
 @click.argument("scenario", type=click.Choice(SCENARIOS))
-@click.option("--max-turns", type=click.IntRange(min=0), default=20, show_default=True)
+@click.option(
+    "--max-turns",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Model calls for the whole tree. [default: 20; slow_tree: 2 + 2 per child]",
+)
 @click.option("--max-budget", type=click.FloatRange(min=0), default=None, help="USD, whole tree.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=None, help="Seconds, whole tree.")
 @click.option("--child-budget", type=click.FloatRange(min=0), default=0.05, show_default=True)
@@ -166,7 +171,7 @@ def main() -> None:
 @otlp_options
 def demo(
     scenario: str,
-    max_turns: int,
+    max_turns: int | None,
     max_budget: float | None,
     timeout: float | None,
     child_budget: float,
@@ -194,6 +199,8 @@ def demo(
         child_budget=child_budget,
         child_turns=child_turns,
     )
+    if max_turns is None:
+        max_turns = 2 + 2 * (children or 3) if scenario == "slow_tree" else 20
     tracer, spans = _tracing(otlp, otlp_protocol, otlp_endpoint)
     session = Session(
         recipe=recipe,

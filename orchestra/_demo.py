@@ -27,6 +27,8 @@ INSTRUCTIONS = (
 )
 RESEARCH_INSTRUCTIONS = "You are a researcher. Answer the question using the tools."
 DEEP_LEVELS = 3
+FAN_OUT_MAX_TOKENS = 8192
+"""Room for up to 100 tool calls in the one reply that starts slow_tree's children."""
 
 TASKS = {
     "plan": "Why did the nightly job fail?",
@@ -69,6 +71,7 @@ def demo_agent(
         tools=tools,
         limits=limits,
         policy=policy,
+        max_tokens=FAN_OUT_MAX_TOKENS if scenario == "slow_tree" else 1024,
     )
 
 
