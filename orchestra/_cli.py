@@ -165,7 +165,12 @@ def main() -> None:
     help="Press Stop after this many seconds.",
 )
 @click.option("--dir", "directory", type=click.Path(file_okay=False), default=None)
-@click.option("--trace", type=click.Path(dir_okay=False), default=None, help="Append JSONL here.")
+@click.option(
+    "--trace",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Append JSONL events here (- for stderr).",
+)
 @store_option
 @json_option
 @otlp_options

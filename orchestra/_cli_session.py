@@ -92,7 +92,9 @@ async def supervise(
     session: Session, root_id: str, go: Callable[[Runner], Awaitable[RunResult]]
 ) -> tuple[RunResult, float]:
     """Run ``go`` with signal handling and progress; its result and elapsed ms."""
-    trace = JsonlSink(path=session.trace) if session.trace else None
+    trace = None
+    if session.trace:
+        trace = JsonlSink(sys.stderr) if session.trace == "-" else JsonlSink(path=session.trace)
     async with session.recipe.provider(session.api_key) as provider:
         runner = Runner(
             provider=provider,
