@@ -24,10 +24,12 @@ from ._exceptions import (
     ToolError,
 )
 from ._money import Price, PriceTable
+from ._otel import OTelTracer, configure_otlp, flush_spans
 from ._provider import ChatReply, ChatRequest, OpenAIProvider, Provider
 from ._result import RunResult
-from ._runner import Runner
+from ._runner import RunHandle, Runner
 from ._serde import state_from_dict, state_from_json, state_to_dict, state_to_json
+from ._sqlite import SQLiteStore, default_store_path
 from ._state import (
     Approval,
     Interruption,
@@ -58,6 +60,7 @@ __all__ = [
     "Limits",
     "Margin",
     "MemoryStore",
+    "OTelTracer",
     "OpenAIProvider",
     "OrchestraError",
     "PermanentToolError",
@@ -67,10 +70,12 @@ __all__ = [
     "ProviderError",
     "ProviderHTTPError",
     "ProviderReplyError",
+    "RunHandle",
     "RunNotFound",
     "RunResult",
     "RunState",
     "Runner",
+    "SQLiteStore",
     "SchemaVersionError",
     "StateError",
     "Status",
@@ -82,8 +87,11 @@ __all__ = [
     "ToolPolicy",
     "Usage",
     "catalog",
+    "configure_otlp",
+    "default_store_path",
     "detailed_errors",
     "fanout",
+    "flush_spans",
     "generic_errors",
     "state_from_dict",
     "state_from_json",
