@@ -5,7 +5,10 @@ One ``invoke_agent {agent}`` span per run (per process segment of a run), one
 tool call. A child run's agent span is a child of the parent's
 ``execute_tool`` span, so one trace holds the whole tree. Run ids, the call's
 own cost (chat spans) and the run's own and tree cost (agent spans) are in the
-``orchestra.*`` namespace; no cost is counted twice across levels.
+``orchestra.*`` namespace; no cost is counted twice across levels. A run that
+spans several processes has one agent span per process: ``orchestra.cost_usd``
+and ``orchestra.tree_cost_usd`` there are what was spent *during that span*
+(so agent spans add up), and ``orchestra.run.*_total`` the run's totals.
 
 The span context of every run is saved with its state
 (``RunState.trace_context``): a run resumed in another process, days later,
@@ -35,6 +38,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from ._events import Event
 from ._exceptions import ConfigError
 from ._run import LiveRun
+from ._state import Usage
 
 __all__ = ["OTelTracer", "configure_otlp", "flush_spans"]
 
@@ -62,6 +66,7 @@ class OTelTracer:
         self._agents: dict[str, Span] = {}
         self._chats: dict[str, Span] = {}
         self._tools: dict[tuple[str, str], Span] = {}
+        self._at_start: dict[str, tuple[Usage, Usage]] = {}
 
     def __call__(self, run: LiveRun, event: Event) -> None:
         handler = getattr(self, f"_on_{event.type}", None)
@@ -90,6 +95,7 @@ class OTelTracer:
             },
         )
         self._agents[state.run_id] = span
+        self._at_start[state.run_id] = (state.own, state.tree)
         carrier: dict[str, str] = {}
         _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
         state.trace_context = carrier
@@ -131,19 +137,7 @@ class OTelTracer:
         span = self._agents.pop(state.run_id, None)
         if span is None:
             return
-        span.set_attributes(
-            {
-                "orchestra.status": state.status.value,
-                "orchestra.stop_reason": state.reason,
-                "orchestra.cost_usd": state.own.cost_usd,
-                "orchestra.tree_cost_usd": state.tree.cost_usd,
-                "orchestra.turns": state.turns,
-                "orchestra.tool_runs": state.own.tool_runs,
-                "orchestra.child_runs": state.own.child_runs,
-                "gen_ai.usage.input_tokens": state.own.prompt_tokens,
-                "gen_ai.usage.output_tokens": state.own.completion_tokens,
-            }
-        )
+        span.set_attributes(self._spent(run))
         span.add_event(
             "run_stopped",
             {"orchestra.status": state.status.value, "orchestra.stop_reason": state.reason},
@@ -152,6 +146,26 @@ class OTelTracer:
             _end_with_error(span, why, state.reason)
         else:
             span.end()
+
+    def _spent(self, run: LiveRun) -> dict[str, Any]:
+        """What the run spent during this span (so spans add up), and its totals."""
+        state = run.state
+        own0, tree0 = self._at_start.pop(state.run_id, (Usage(), Usage()))
+        own, tree = state.own - own0, state.tree - tree0
+        return {
+            "orchestra.status": state.status.value,
+            "orchestra.stop_reason": state.reason,
+            "orchestra.cost_usd": own.cost_usd,
+            "orchestra.tree_cost_usd": tree.cost_usd,
+            "orchestra.turns": own.model_calls,
+            "orchestra.tool_runs": own.tool_runs,
+            "orchestra.child_runs": own.child_runs,
+            "gen_ai.usage.input_tokens": own.prompt_tokens,
+            "gen_ai.usage.output_tokens": own.completion_tokens,
+            "orchestra.run.cost_usd_total": state.own.cost_usd,
+            "orchestra.run.tree_cost_usd_total": state.tree.cost_usd,
+            "orchestra.run.turns_total": state.turns,
+        }
 
     # -- chat spans ---------------------------------------------------------------
 

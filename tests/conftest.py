@@ -14,7 +14,7 @@ from orchestra.testing import ScriptedTransport, make_sandbox
 
 
 @pytest.fixture(autouse=True)
-def _private_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def private_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test gets its own SQLite store: the CLI never touches the user's."""
     path = tmp_path / "store" / "runs.db"
     monkeypatch.setenv("ORCHESTRA_STORE", str(path))

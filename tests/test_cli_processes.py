@@ -80,7 +80,7 @@ def _running_tree(store: SQLiteStore, in_tool: int) -> str | None:
     return roots[0].run_id if len(started) >= in_tool else None
 
 
-def test_orchestra_cancel_stops_a_tree_in_another_process(_private_store: Path) -> None:
+def test_orchestra_cancel_stops_a_tree_in_another_process(private_store: Path) -> None:
     runner = subprocess.Popen(
         [*ORCHESTRA, "demo", "slow_tree", "--json"],
         stdout=subprocess.PIPE,
@@ -88,7 +88,7 @@ def test_orchestra_cancel_stops_a_tree_in_another_process(_private_store: Path) 
         text=True,
     )
     try:
-        store = SQLiteStore(_private_store)
+        store = SQLiteStore(private_store)
         root = wait_for(lambda: _running_tree(store, 4))
         told = cli("cancel", root, "--reason", "from another shell")
         assert told["status"] == "interrupted"
@@ -103,7 +103,7 @@ def test_orchestra_cancel_stops_a_tree_in_another_process(_private_store: Path) 
     assert all(s.status is Status.INTERRUPTED and s.reason == "from another shell" for s in tree)
 
 
-def test_first_ctrl_c_stops_the_tree_gracefully(_private_store: Path) -> None:
+def test_first_ctrl_c_stops_the_tree_gracefully(private_store: Path) -> None:
     runner = subprocess.Popen(
         [*ORCHESTRA, "demo", "slow_tree", "--json"],
         stdout=subprocess.PIPE,
@@ -111,7 +111,7 @@ def test_first_ctrl_c_stops_the_tree_gracefully(_private_store: Path) -> None:
         text=True,
     )
     try:
-        store = SQLiteStore(_private_store)
+        store = SQLiteStore(private_store)
         root = wait_for(lambda: _running_tree(store, 4))
         runner.send_signal(signal.SIGINT)
         out, err = runner.communicate(timeout=30)
@@ -154,7 +154,7 @@ def test_progress_line_shows_label_and_elapsed() -> None:
     assert stream.getvalue().endswith("\r\033[K")
 
 
-def test_store_location_comes_from_the_environment(_private_store: Path) -> None:
+def test_store_location_comes_from_the_environment(private_store: Path) -> None:
     cli("demo", "plan")
-    assert _private_store.exists()
-    assert os.environ["ORCHESTRA_STORE"] == str(_private_store)
+    assert private_store.exists()
+    assert os.environ["ORCHESTRA_STORE"] == str(private_store)

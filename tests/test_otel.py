@@ -110,3 +110,7 @@ async def test_a_resumed_run_continues_the_same_trace(traced, exporter, scenario
     assert second.parent.span_id == first.context.span_id
     assert second.attributes["orchestra.resumed"] is True
     assert [e.name for e in first.events] == ["approval_required", "run_stopped"]
+    total = traced.store.load(stopped.run_id).own.cost_usd
+    spent = first.attributes["orchestra.cost_usd"] + second.attributes["orchestra.cost_usd"]
+    assert spent == pytest.approx(total, abs=1e-12)  # agent spans of one run add up
+    assert second.attributes["orchestra.run.cost_usd_total"] == pytest.approx(total)

@@ -1,0 +1,352 @@
+"""Spans exported for real over OTLP, then read back from the trace backend over HTTP.
+
+Nothing here trusts the exporter: each test runs the CLI in a fresh process,
+then polls the backend's query API (bounded) until the spans are there and
+checks the tree they describe against the CLI's JSON report.
+
+- Jaeger (``otel/start-jaeger.sh``): set ``ORCHESTRA_JAEGER_URL``, e.g.
+  ``http://127.0.0.1:16686``. OTLP endpoints: ``ORCHESTRA_OTLP_HTTP``
+  (default ``http://127.0.0.1:4318``) and ``ORCHESTRA_OTLP_GRPC``
+  (default ``http://127.0.0.1:4317``).
+- Phoenix (``otel/start-phoenix.sh``): set ``ORCHESTRA_PHOENIX_URL``, e.g.
+  ``http://127.0.0.1:6006``. OTLP/gRPC endpoint: ``ORCHESTRA_PHOENIX_OTLP_GRPC``
+  (default ``http://127.0.0.1:4319``).
+
+Without the URL variable a test skips. Each test exports under its own
+service name (Jaeger) or project (Phoenix), so every query is unambiguous.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+T = TypeVar("T")
+
+ORCHESTRA = [sys.executable, "-c", "from orchestra._cli import run; run()"]
+POLL_TIMEOUT_S = 20.0
+COST_TOLERANCE = 1e-9
+EXIT_INTERRUPTED = 6
+
+
+@dataclass(frozen=True)
+class Span:
+    """One span as a backend returned it, in a backend-neutral shape."""
+
+    trace_id: str
+    span_id: str
+    parent_id: str | None
+    name: str
+    attributes: dict[str, Any]
+    events: tuple[str, ...]
+
+    def attr(self, key: str) -> Any:
+        return self.attributes.get(key)
+
+
+# -- fixtures -------------------------------------------------------------------------
+
+
+def _backend_url(variable: str, what: str) -> str:
+    url = os.environ.get(variable)
+    if not url:
+        pytest.skip(f"{variable} is not set: no {what} to read spans back from")
+    return url.rstrip("/")
+
+
+@pytest.fixture
+def jaeger_url() -> str:
+    return _backend_url("ORCHESTRA_JAEGER_URL", "Jaeger (start one with otel/start-jaeger.sh)")
+
+
+@pytest.fixture
+def phoenix_url() -> str:
+    return _backend_url("ORCHESTRA_PHOENIX_URL", "Phoenix (start one with otel/start-phoenix.sh)")
+
+
+@pytest.fixture
+def unique_name() -> str:
+    return f"orchestra-test-{uuid.uuid4().hex[:12]}"
+
+
+# -- running the CLI ------------------------------------------------------------------
+
+
+def otel_env(**variables: str) -> dict[str, str]:
+    """This process's environment without any inherited ``OTEL_*``, plus ``variables``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(variables)
+    return env
+
+
+def cli(*args: str, env: dict[str, str], check: int = 0) -> dict[str, Any]:
+    done = subprocess.run(
+        [*ORCHESTRA, *args, "--json"], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == check, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def walk(report: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield report
+    for child in report["children"]:
+        yield from walk(child)
+
+
+def expected_span_count(report: dict[str, Any], segments: int = 1) -> int:
+    """Agent spans (one per run and process segment), one chat per turn, one span per tool run."""
+    runs = list(walk(report))
+    return len(runs) + segments - 1 + sum(int(r["turns"]) + int(r["tool_runs"]) for r in runs)
+
+
+# -- reading spans back ---------------------------------------------------------------
+
+
+def poll(fetch: Callable[[], T | None], what: str, timeout: float = POLL_TIMEOUT_S) -> T:
+    """Call ``fetch`` until it returns a value (bounded); fail if it never does."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fetch()
+        if value is not None:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not there after {timeout:.0f} s")
+        time.sleep(0.25)
+
+
+def get_json(url: str, params: dict[str, str | int] | None = None) -> Any:
+    response = httpx.get(url, params=params, timeout=5.0)
+    return response.json() if response.status_code == 200 else None
+
+
+def jaeger_span(raw: dict[str, Any], trace_id: str) -> Span:
+    parents = [r["spanID"] for r in raw["references"] if r["refType"] == "CHILD_OF"]
+    assert len(parents) <= 1, raw["references"]
+    events = tuple(
+        str(f["value"])
+        for log in raw.get("logs") or []
+        for f in log["fields"]
+        if f["key"] == "event"
+    )
+    return Span(
+        trace_id=trace_id,
+        span_id=raw["spanID"],
+        parent_id=parents[0] if parents else None,
+        name=raw["operationName"],
+        attributes={t["key"]: t["value"] for t in raw["tags"]},
+        events=events,
+    )
+
+
+def jaeger_traces(base: str, service: str, min_spans: int) -> dict[str, list[Span]]:
+    """All traces of ``service``, once they hold at least ``min_spans`` spans in total."""
+
+    def fetch() -> dict[str, list[Span]] | None:
+        body = get_json(f"{base}/api/traces", {"service": service, "lookback": "1h", "limit": 50})
+        traces = {
+            # The v1 JSON API may drop leading zeros of a trace id.
+            t["traceID"].zfill(32): [jaeger_span(s, t["traceID"].zfill(32)) for s in t["spans"]]
+            for t in (body or {}).get("data") or []
+        }
+        return traces if sum(map(len, traces.values())) >= min_spans else None
+
+    return poll(fetch, f"{min_spans} spans of service {service} in Jaeger")
+
+
+def phoenix_span(raw: dict[str, Any]) -> Span:
+    return Span(
+        trace_id=raw["context"]["trace_id"],
+        span_id=raw["context"]["span_id"],
+        parent_id=raw["parent_id"],
+        name=raw["name"],
+        attributes=raw["attributes"],
+        events=tuple(e["name"] for e in raw.get("events") or []),
+    )
+
+
+def phoenix_spans(base: str, project: str, min_spans: int) -> list[Span]:
+    def fetch() -> list[Span] | None:
+        body = get_json(f"{base}/v1/projects/{project}/spans", {"limit": 1000})
+        spans = [phoenix_span(s) for s in (body or {}).get("data") or []]
+        return spans if len(spans) >= min_spans else None
+
+    return poll(fetch, f"{min_spans} spans of project {project} in Phoenix")
+
+
+# -- what a research tree must look like ------------------------------------------------
+
+
+def operation(spans: list[Span], name: str) -> list[Span]:
+    return [s for s in spans if s.attr("gen_ai.operation.name") == name]
+
+
+def check_research_tree(spans: list[Span], report: dict[str, Any]) -> None:
+    """One trace; parent links root agent -> research tool -> child agent; costs add up."""
+    assert len(spans) == expected_span_count(report)
+    assert {s.trace_id for s in spans} == {report["trace_id"]}
+    by_id = {s.span_id: s for s in spans}
+    assert len(by_id) == len(spans)
+    agents = {s.attr("orchestra.run.id"): s for s in operation(spans, "invoke_agent")}
+    runs = {r["run_id"]: r for r in walk(report)}
+    assert len(operation(spans, "invoke_agent")) == len(runs) == 4
+    assert set(agents) == set(runs)
+
+    root_id = report["run_id"]
+    root = agents[root_id]
+    assert (root.parent_id, root.name) == (None, "invoke_agent assistant")
+    assert root.attr("orchestra.parent_run.id") is None
+    tool_spans: set[str] = set()
+    for child in report["children"]:
+        span = agents[child["run_id"]]
+        assert span.parent_id is not None
+        tool = by_id[span.parent_id]  # a child's agent span hangs under the spawning tool call
+        tool_spans.add(tool.span_id)
+        assert tool.name == "execute_tool research"
+        assert tool.parent_id == root.span_id
+        assert tool.attr("orchestra.run.id") == root_id
+        assert span.name == "invoke_agent researcher"
+        assert span.attr("orchestra.parent_run.id") == root_id
+    assert len(tool_spans) == len(report["children"]) == 3
+    for run_id, span in agents.items():
+        assert span.attr("orchestra.root_run.id") == root_id
+        assert span.attr("orchestra.status") == runs[run_id]["status"] == "completed"
+        assert span.attr("gen_ai.agent.name") == runs[run_id]["agent"]
+    check_costs(spans, agents, report)
+
+
+def check_costs(spans: list[Span], agents: dict[str, Span], report: dict[str, Any]) -> None:
+    for run in walk(report):
+        span = agents[run["run_id"]]
+        assert span.attr("orchestra.cost_usd") == pytest.approx(run["cost_usd"], abs=COST_TOLERANCE)
+        assert span.attr("orchestra.tree_cost_usd") == pytest.approx(
+            run["tree_cost_usd"], abs=COST_TOLERANCE
+        )
+    root = agents[report["run_id"]]
+    tree = root.attr("orchestra.tree_cost_usd")
+    children = sum(agents[c["run_id"]].attr("orchestra.tree_cost_usd") for c in report["children"])
+    assert tree == pytest.approx(root.attr("orchestra.cost_usd") + children, abs=COST_TOLERANCE)
+    assert tree == pytest.approx(report["tree_cost_usd"], abs=COST_TOLERANCE)
+    assert tree > 0
+    chats = operation(spans, "chat")
+    assert sum(c.attr("orchestra.cost_usd") for c in chats) == pytest.approx(
+        tree, abs=COST_TOLERANCE
+    )
+    for chat in chats:  # each call under its own run's agent span
+        assert chat.parent_id == agents[chat.attr("orchestra.run.id")].span_id
+
+
+# -- Jaeger ---------------------------------------------------------------------------------
+
+
+@pytest.mark.otlp
+@pytest.mark.parametrize(
+    ("protocol", "endpoint_var", "default_endpoint"),
+    [
+        ("http/protobuf", "ORCHESTRA_OTLP_HTTP", "http://127.0.0.1:4318"),
+        ("grpc", "ORCHESTRA_OTLP_GRPC", "http://127.0.0.1:4317"),
+    ],
+    ids=["http", "grpc"],
+)
+def test_research_tree_reaches_jaeger_as_one_trace(
+    jaeger_url: str,
+    unique_name: str,
+    tmp_path: Path,
+    protocol: str,
+    endpoint_var: str,
+    default_endpoint: str,
+) -> None:
+    env = otel_env(
+        OTEL_SERVICE_NAME=unique_name,
+        OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
+        OTEL_EXPORTER_OTLP_ENDPOINT=os.environ.get(endpoint_var, default_endpoint),
+    )
+    report = cli("demo", "research", "--dir", str(tmp_path / "box"), "--otlp", env=env)
+    assert report["status"] == "completed"
+    traces = jaeger_traces(jaeger_url, unique_name, expected_span_count(report))
+    assert list(traces) == [report["trace_id"]]
+    check_research_tree(traces[report["trace_id"]], report)
+
+
+@pytest.mark.otlp
+def test_approval_and_resume_in_other_processes_continue_the_trace(
+    jaeger_url: str, unique_name: str, tmp_path: Path
+) -> None:
+    env = otel_env(
+        OTEL_SERVICE_NAME=unique_name,
+        OTEL_EXPORTER_OTLP_ENDPOINT=os.environ.get("ORCHESTRA_OTLP_HTTP", "http://127.0.0.1:4318"),
+    )
+    box = str(tmp_path / "box")
+    stopped = cli("demo", "destructive", "--dir", box, "--otlp", env=env, check=EXIT_INTERRUPTED)
+    run_id = stopped["run_id"]
+    cli("approve", run_id, env=env)
+    done = cli("resume", run_id, "--otlp", env=env)
+    assert (stopped["status"], done["status"]) == ("interrupted", "completed")
+    assert done["trace_id"] == stopped["trace_id"]
+
+    traces = jaeger_traces(jaeger_url, unique_name, expected_span_count(done, segments=2))
+    assert list(traces) == [done["trace_id"]]
+    spans = traces[done["trace_id"]]
+    assert len(spans) == expected_span_count(done, segments=2)
+    first, second = sorted(
+        operation(spans, "invoke_agent"), key=lambda s: bool(s.attr("orchestra.resumed"))
+    )
+    assert first.name == second.name == "invoke_agent assistant"
+    assert first.attr("orchestra.run.id") == second.attr("orchestra.run.id") == run_id
+    assert first.parent_id is None and second.parent_id == first.span_id
+    assert (first.attr("orchestra.resumed"), second.attr("orchestra.resumed")) == (False, True)
+    assert first.attr("orchestra.status") == "interrupted"
+    assert second.attr("orchestra.status") == "completed"
+    assert "approval_required" in first.events
+    # each agent span carries what was spent during it; together they make the run's cost
+    assert first.attr("orchestra.cost_usd") == pytest.approx(stopped["cost_usd"], abs=1e-9)
+    assert second.attr("orchestra.cost_usd") == pytest.approx(
+        done["cost_usd"] - stopped["cost_usd"], abs=1e-9
+    )
+    assert second.attr("orchestra.run.cost_usd_total") == pytest.approx(done["cost_usd"], abs=1e-9)
+    chats = operation(spans, "chat")
+    assert len(chats) == done["turns"]
+    assert sum(c.attr("orchestra.cost_usd") for c in chats) == pytest.approx(
+        done["cost_usd"], abs=COST_TOLERANCE
+    )
+    delete = [s for s in spans if s.name == "execute_tool delete_file"]
+    assert [s.parent_id for s in delete] == [second.span_id]  # ran after the approval
+
+
+# -- Phoenix --------------------------------------------------------------------------------
+
+
+@pytest.mark.phoenix
+def test_research_tree_reaches_phoenix_as_one_trace(
+    phoenix_url: str, unique_name: str, tmp_path: Path
+) -> None:
+    endpoint = os.environ.get("ORCHESTRA_PHOENIX_OTLP_GRPC", "http://127.0.0.1:4319")
+    env = otel_env(
+        OTEL_SERVICE_NAME=unique_name,
+        OTEL_RESOURCE_ATTRIBUTES=f"openinference.project.name={unique_name}",
+    )
+    report = cli(
+        "demo",
+        "research",
+        "--dir",
+        str(tmp_path / "box"),
+        "--otlp",
+        "--otlp-protocol",
+        "grpc",
+        "--otlp-endpoint",
+        endpoint,
+        env=env,
+    )
+    spans = phoenix_spans(phoenix_url, unique_name, expected_span_count(report))
+    check_research_tree(spans, report)
