@@ -64,6 +64,7 @@ class OTelTracer:
         self._provider_name = provider_name
         self._capture = capture_content
         self._agents: dict[str, Span] = {}
+        self._contexts: dict[str, otel_context.Context] = {}
         self._chats: dict[str, Span] = {}
         self._tools: dict[tuple[str, str], Span] = {}
         self._at_start: dict[str, tuple[Usage, Usage]] = {}
@@ -95,9 +96,10 @@ class OTelTracer:
             },
         )
         self._agents[state.run_id] = span
+        self._contexts[state.run_id] = trace.set_span_in_context(span)
         self._at_start[state.run_id] = (state.own, state.tree)
         carrier: dict[str, str] = {}
-        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+        _PROPAGATOR.inject(carrier, context=self._contexts[state.run_id])
         state.trace_context = carrier
 
     def _parent(self, run: LiveRun) -> tuple[otel_context.Context | None, Sequence[Link]]:
@@ -135,6 +137,7 @@ class OTelTracer:
         if chat is not None:
             _end_with_error(chat, why or "run stopped")
         span = self._agents.pop(state.run_id, None)
+        self._contexts.pop(state.run_id, None)
         if span is None:
             return
         span.set_attributes(self._spent(run))
@@ -170,19 +173,17 @@ class OTelTracer:
     # -- chat spans ---------------------------------------------------------------
 
     def _on_model_request(self, run: LiveRun, event: Event) -> None:
-        agent = self._agents.get(run.state.run_id)
         span = self._tracer.start_span(
             f"chat {run.state.model}",
             kind=SpanKind.CLIENT,
-            context=trace.set_span_in_context(agent) if agent else None,
+            context=self._contexts.get(run.state.run_id),
             attributes={
                 "gen_ai.operation.name": "chat",
                 "gen_ai.provider.name": self._provider_name,
                 "gen_ai.request.model": run.state.model,
                 "gen_ai.request.max_tokens": int(event.data["max_tokens"]),
-                "orchestra.prompt_tokens_counted": int(event.data["prompt_tokens"]),
                 "orchestra.turn": int(event.data["turn"]),
-                **_ids(run),
+                "orchestra.run.id": run.state.run_id,
             },
         )
         self._chats[run.state.run_id] = span
@@ -205,13 +206,12 @@ class OTelTracer:
     # -- tool spans ---------------------------------------------------------------
 
     def _start_tool(self, run: LiveRun, tool: str, call_id: str, args: Any) -> Span:
-        agent = self._agents.get(run.state.run_id)
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": tool,
             "gen_ai.tool.call.id": call_id,
             "gen_ai.tool.type": "function",
-            **_ids(run),
+            "orchestra.run.id": run.state.run_id,
         }
         if self._capture and args is not None:
             attributes["gen_ai.tool.call.arguments"] = json.dumps(args)
@@ -219,7 +219,7 @@ class OTelTracer:
             f"execute_tool {tool}",
             kind=SpanKind.INTERNAL,
             attributes=attributes,
-            context=trace.set_span_in_context(agent) if agent else None,
+            context=self._contexts.get(run.state.run_id),
         )
 
     def _on_tool_start(self, run: LiveRun, event: Event) -> None:
@@ -253,6 +253,7 @@ class OTelTracer:
 
 
 def _ids(run: LiveRun) -> dict[str, str]:
+    """Run, root and parent ids (on agent spans; chat and tool spans carry the run id)."""
     state = run.state
     ids = {"orchestra.run.id": state.run_id, "orchestra.root_run.id": state.root_id}
     if state.parent_id is not None:
