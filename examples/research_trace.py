@@ -29,7 +29,7 @@ import httpx
 import trio
 from opentelemetry.sdk.trace import TracerProvider
 
-from orchestra import Limits, OpenAIProvider, Runner, RunResult, ToolPolicy
+from orchestra import OpenAIProvider, Runner, RunResult
 from orchestra._demo import demo_agent, demo_task
 from orchestra._otel import OTelTracer, configure_otlp
 from orchestra.testing import make_sandbox, scripted_server
@@ -41,13 +41,7 @@ POLL_TIMEOUT_S = 20.0
 
 async def research(spans: TracerProvider) -> RunResult:
     directory = make_sandbox(tempfile.mkdtemp(prefix="research-trace-"))
-    agent = demo_agent(
-        "research",
-        directory,
-        limits=Limits(max_turns=20),
-        child_limits=Limits(max_turns=8, max_budget_usd=0.05),
-        policy=ToolPolicy(),
-    )
+    agent = demo_agent("research", directory)
     async with scripted_server() as url:
         provider = OpenAIProvider(base_url=url, api_key="x")
         try:

@@ -54,8 +54,18 @@ def _research_tool(directory: Path, child_limits: Limits, policy: ToolPolicy, de
     return researcher.as_tool(name="research", description="Research a question with a sub-agent.")
 
 
+DEFAULT_LIMITS = Limits(max_turns=20)
+DEFAULT_CHILD_LIMITS = Limits(max_turns=8, max_budget_usd=0.05)
+DEFAULT_POLICY = ToolPolicy()
+
+
 def demo_agent(
-    scenario: str, directory: Path, *, limits: Limits, child_limits: Limits, policy: ToolPolicy
+    scenario: str,
+    directory: Path,
+    *,
+    limits: Limits = DEFAULT_LIMITS,
+    child_limits: Limits = DEFAULT_CHILD_LIMITS,
+    policy: ToolPolicy = DEFAULT_POLICY,
 ) -> Agent:
     """The root agent for ``scenario`` over the sandbox ``directory``."""
     if scenario not in SCENARIOS:

@@ -80,16 +80,25 @@ def _running_tree(store: SQLiteStore, in_tool: int) -> str | None:
     return roots[0].run_id if len(started) >= in_tool else None
 
 
-def test_orchestra_cancel_stops_a_tree_in_another_process(private_store: Path) -> None:
+def _slow_tree_running(store_path: Path) -> tuple[subprocess.Popen[str], SQLiteStore, str]:
+    """``orchestra demo slow_tree`` in its own process, once its whole tree is running."""
     runner = subprocess.Popen(
         [*ORCHESTRA, "demo", "slow_tree", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    store = SQLiteStore(store_path)
     try:
-        store = SQLiteStore(private_store)
-        root = wait_for(lambda: _running_tree(store, 4))
+        return runner, store, wait_for(lambda: _running_tree(store, 4))
+    except BaseException:
+        runner.kill()
+        raise
+
+
+def test_orchestra_cancel_stops_a_tree_in_another_process(private_store: Path) -> None:
+    runner, store, root = _slow_tree_running(private_store)
+    try:
         told = cli("cancel", root, "--reason", "from another shell")
         assert told["status"] == "interrupted"
         assert told["stopped_after_ms"] < 1000
@@ -104,15 +113,8 @@ def test_orchestra_cancel_stops_a_tree_in_another_process(private_store: Path) -
 
 
 def test_first_ctrl_c_stops_the_tree_gracefully(private_store: Path) -> None:
-    runner = subprocess.Popen(
-        [*ORCHESTRA, "demo", "slow_tree", "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    runner, store, root = _slow_tree_running(private_store)
     try:
-        store = SQLiteStore(private_store)
-        root = wait_for(lambda: _running_tree(store, 4))
         runner.send_signal(signal.SIGINT)
         out, err = runner.communicate(timeout=30)
     finally:

@@ -32,7 +32,7 @@ import trio
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from orchestra import Limits, MemoryStore, OpenAIProvider, Runner, Status, ToolPolicy
+from orchestra import MemoryStore, OpenAIProvider, Runner, Status
 from orchestra._demo import demo_agent, demo_task
 from orchestra._otel import OTelTracer, configure_otlp
 from orchestra._tokens import encoding
@@ -84,13 +84,7 @@ async def _trees(
     count: int, directory: Path, tracer: OTelTracer | None, provider: OpenAIProvider
 ) -> int:
     runner = Runner(provider=provider, store=MemoryStore(), tracer=tracer)
-    agent = demo_agent(
-        "research",
-        directory,
-        limits=Limits(max_turns=20),
-        child_limits=Limits(max_turns=8, max_budget_usd=0.05),
-        policy=ToolPolicy(),
-    )
+    agent = demo_agent("research", directory)
     runs = 0
     for _ in range(count):
         result = await runner.run(agent, demo_task("research"))
