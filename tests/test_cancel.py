@@ -105,3 +105,22 @@ async def test_outer_scope_cancel_records_interrupted(runner, scenario_agent, au
     state = runner.store.load("run_outer")
     assert state.status is Status.INTERRUPTED
     assert state.interruption.kind is InterruptionKind.CANCELLED
+
+
+async def test_a_cancelled_run_resumes_and_reruns_its_interrupted_read(
+    runner, scenario_agent, autojump_clock, events
+):
+    agent = scenario_agent("slow")
+    async with trio.open_nursery() as nursery:
+        handle = await runner.start(nursery, agent, demo_task("slow"))
+        await trio.sleep(1.0)
+        handle.cancel("pause")
+        stopped = await handle.wait()
+    assert stopped.status is Status.INTERRUPTED
+    assert stopped.state.interruption.kind is InterruptionKind.CANCELLED
+    resumed = await runner.resume(stopped.run_id, agent)
+    assert resumed.status is Status.COMPLETED
+    assert resumed.state.turns == 2  # the saved first reply was not requested again
+    starts = [e for e in events if e.type == "tool_start"]
+    assert len(starts) == 2  # the cancelled read-only scan started again...
+    assert resumed.state.own.tool_runs == 1  # ...and finished once (runs count finished tools)
