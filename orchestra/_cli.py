@@ -368,9 +368,7 @@ def reject(
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:
-    import attrs
-
-    return attrs.asdict(obj)
+    return dict(obj.to_dict())
 
 
 @main.command()
