@@ -149,14 +149,25 @@ def _clean_message(message: Mapping[str, Any]) -> dict[str, Any]:
     clean: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
     calls = message.get("tool_calls")
     if calls:
-        clean["tool_calls"] = [_clean_call(c) for c in calls]
+        clean["tool_calls"] = _unique_ids([_clean_call(c) for c in calls])
     return clean
+
+
+def _unique_ids(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Give every call of one message its own id (a missing or repeated id would
+    leave a call without a result in the transcript)."""
+    seen: set[str] = set()
+    for i, call in enumerate(calls):
+        if not call["id"] or call["id"] in seen:
+            call["id"] = f"{call['id'] or 'call'}_{i}"
+        seen.add(call["id"])
+    return calls
 
 
 def _clean_call(call: Mapping[str, Any]) -> dict[str, Any]:
     fn = call["function"]
     return {
-        "id": str(call["id"]),
+        "id": str(call.get("id") or ""),
         "type": "function",
         "function": {"name": str(fn["name"]), "arguments": str(fn.get("arguments") or "")},
     }

@@ -198,3 +198,23 @@ async def test_writes_run_in_order_after_reads(autojump_clock):
     result = await run(script, tools=(write, read))
     assert order == ["r", "w1", "w2"]
     assert tool_messages(result) == ["w1", "r", "w2"]
+
+
+async def test_repeated_or_missing_call_ids_still_get_one_result_each():
+    from orchestra._provider import _clean_message
+
+    message = _clean_message(
+        {
+            "content": None,
+            "tool_calls": [
+                {"id": "x", "function": {"name": "echo", "arguments": '{"text": "a"}'}},
+                {"id": "x", "function": {"name": "echo", "arguments": '{"text": "b"}'}},
+                {"function": {"name": "echo", "arguments": '{"text": "c"}'}},
+            ],
+        }
+    )
+    ids = [c["id"] for c in message["tool_calls"]]
+    assert len(set(ids)) == 3 and ids[0] == "x"
+    result = await run(Script(message, DONE))
+    assert result.status is Status.COMPLETED
+    assert tool_messages(result) == ["a", "b", "c"]
