@@ -12,12 +12,10 @@ words, never an empty one.
 from __future__ import annotations
 
 from ._exceptions import StateError
-from ._state import Approval, Interruption, InterruptionKind, Status
+from ._state import Approval, Interruption, Status
 from ._store import Store
 
 __all__ = ["approve", "reject", "waiting_call"]
-
-_HUMAN = (InterruptionKind.APPROVAL, InterruptionKind.UNKNOWN_OUTCOME)
 
 
 def waiting_call(store: Store, run_id: str, call_id: str | None = None) -> Interruption:
@@ -28,7 +26,11 @@ def waiting_call(store: Store, run_id: str, call_id: str | None = None) -> Inter
     """
     state = store.load(run_id)
     waiting = state.interruption
-    if state.status is not Status.INTERRUPTED or waiting is None or waiting.kind not in _HUMAN:
+    if (
+        state.status is not Status.INTERRUPTED
+        or waiting is None
+        or not waiting.kind.waits_for_human
+    ):
         raise StateError(f"run {run_id} is {state.status.value} and waits for no approval")
     if call_id is not None and call_id != waiting.call_id:
         raise StateError(f"run {run_id} waits on call {waiting.call_id}, not {call_id}")

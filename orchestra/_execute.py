@@ -22,7 +22,7 @@ from ._budget import carve
 from ._exceptions import ConfigError, StateError
 from ._loop import drive
 from ._result import RunResult, stop_sentence
-from ._run import WAITING_FOR_HUMAN, ChildWaiting, Exit, LiveRun
+from ._run import ChildWaiting, Exit, LiveRun
 from ._state import Interruption, InterruptionKind, LimitRaise, Limits, RunState, Status, Usage
 
 if TYPE_CHECKING:
@@ -145,15 +145,11 @@ async def spawn_child(
 def _answer(child: LiveRun) -> str:
     """The child's answer for its parent, or :class:`ChildWaiting` if it waits for a human."""
     waiting = child.state.interruption
-    if waiting is not None and waiting.kind.value in WAITING_FOR_HUMAN:
-        raise ChildWaiting(
-            attrs.evolve(
-                waiting,
-                reason=f"{waiting.reason} (in {child.state.agent} run {waiting.run_id})"
-                if "(in " not in waiting.reason
-                else waiting.reason,
-            )
-        )
+    if waiting is not None and waiting.kind.waits_for_human:
+        if waiting.run_id == child.state.run_id:  # deeper calls were named on the way up
+            where = f" (in {child.state.agent} run {waiting.run_id})"
+            waiting = attrs.evolve(waiting, reason=waiting.reason + where)
+        raise ChildWaiting(waiting)
     return stop_sentence(result_of(child))
 
 

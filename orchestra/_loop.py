@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from ._budget import Grant, check_turns, reserve, settle
 from ._dispatch import dispatch, flush_results, pending_calls
 from ._exceptions import ProviderError
 from ._money import to_usd
 from ._provider import ChatReply, ChatRequest
 from ._run import Exit, LiveRun
-from ._state import Status
+from ._state import Status, Usage
 
 __all__ = ["drive"]
 
@@ -46,14 +48,14 @@ async def model_step(run: LiveRun) -> None:
     if isinstance(gate, Exit):
         run.finish(gate)
         return
-    reply = await _call(run, request, gate, prompt_tokens)
-    if reply is not None:
-        record_reply(run, reply, gate)
+    called = await _call(run, request, gate, prompt_tokens)
+    if called is not None:
+        record_reply(run, *called, gate)
 
 
 async def _call(
     run: LiveRun, request: ChatRequest, grant: Grant, prompt_tokens: int
-) -> ChatReply | None:
+) -> tuple[ChatReply, Usage] | None:
     run.emit(
         "model_request",
         turn=run.state.turns + 1,
@@ -62,27 +64,23 @@ async def _call(
         max_tokens=grant.max_tokens,
     )
     reply: ChatReply | None = None
+    usage = Usage()
     try:
         reply = await run.runner.provider.complete(
-            ChatRequest(
-                model=request.model,
-                messages=list(request.messages),
-                tools=request.tools,
-                max_tokens=grant.max_tokens,
-            )
+            attrs.evolve(request, messages=list(request.messages), max_tokens=grant.max_tokens)
         )
     except ProviderError as exc:
         run.finish(Exit(status=Status.FAILED, reason=f"model call failed: {exc}", error=str(exc)))
     finally:
-        settle(run, grant, reply)
-    return reply
+        usage = settle(run, grant, reply)
+    return None if reply is None else (reply, usage)
 
 
-def record_reply(run: LiveRun, reply: ChatReply, grant: Grant) -> None:
+def record_reply(run: LiveRun, reply: ChatReply, usage: Usage, grant: Grant) -> None:
     """Append the reply, emit ``turn``, save; end the run if it is an answer."""
     state = run.state
     state.messages.append(reply.message)
-    run.emit("turn", turn=state.turns, **_turn_fields(run, reply))
+    run.emit("turn", turn=state.turns, **_turn_fields(run, reply, usage))
     run.checkpoint()
     if reply.tool_calls:
         return
@@ -103,14 +101,12 @@ def _completion_reason(reply: ChatReply) -> str:
     return "answered"
 
 
-def _turn_fields(run: LiveRun, reply: ChatReply) -> dict[str, Any]:
+def _turn_fields(run: LiveRun, reply: ChatReply, usage: Usage) -> dict[str, Any]:
     return {
         "prompt_tokens": reply.prompt_tokens,
         "completion_tokens": reply.completion_tokens,
         "total_tokens": reply.prompt_tokens + reply.completion_tokens,
-        "call_cost_usd": to_usd(
-            run.runner.prices[run.state.model].cost(reply.prompt_tokens, reply.completion_tokens)
-        ),
+        "call_cost_usd": to_usd(usage.cost_pico),
         "cost_usd": to_usd(run.state.own.cost_pico),
         "tree_cost_usd": to_usd(run.state.tree.cost_pico),
         "finish": reply.finish_reason,

@@ -49,9 +49,6 @@ class ChildWaiting(Exception):
         self.interruption = interruption
 
 
-WAITING_FOR_HUMAN = frozenset({"approval", "unknown_outcome"})
-
-
 @attrs.define(kw_only=True, eq=False)
 class LiveRun:
     """One run of the tree while it executes."""

@@ -14,7 +14,6 @@ another) and leases (so only one process runs a tree at a time).
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import re
@@ -271,7 +270,7 @@ class SQLiteStore:
             run_id,
             root_id,
         )
-        return [json.loads(data) for (data,) in rows]
+        return [orjson.loads(data) for (data,) in rows]
 
     # -- cancel requests --------------------------------------------------
 

@@ -79,6 +79,11 @@ class InterruptionKind(enum.StrEnum):
     CANCELLED = "cancelled"
     UNKNOWN_OUTCOME = "unknown_outcome"
 
+    @property
+    def waits_for_human(self) -> bool:
+        """Whether a person must decide on a call before the run can go on."""
+        return self in (InterruptionKind.APPROVAL, InterruptionKind.UNKNOWN_OUTCOME)
+
 
 @attrs.frozen(kw_only=True)
 class Interruption:

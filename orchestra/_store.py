@@ -7,7 +7,7 @@ whole or not at all.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from ._exceptions import RunNotFound
@@ -26,10 +26,6 @@ class Store(Protocol):
 
     def load(self, run_id: str) -> RunState:
         """The last saved state. Raises :class:`RunNotFound`."""
-        ...
-
-    def add_events(self, events: Iterable[dict[str, Any]]) -> None:
-        """Append trace events (each carries its ``run_id`` and ``root_id``)."""
         ...
 
     def events(self, run_id: str | None = None, root_id: str | None = None) -> list[dict[str, Any]]:
@@ -53,9 +49,6 @@ class MemoryStore:
             return state_from_json(self._states[run_id])
         except KeyError:
             raise RunNotFound(f"no run {run_id!r} in this store") from None
-
-    def add_events(self, events: Iterable[dict[str, Any]]) -> None:
-        self._events.extend(events)
 
     def events(self, run_id: str | None = None, root_id: str | None = None) -> list[dict[str, Any]]:
         return [
