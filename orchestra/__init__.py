@@ -29,6 +29,7 @@ from ._provider import ChatReply, ChatRequest, OpenAIProvider, Provider
 from ._result import RunResult
 from ._runner import RunHandle, Runner
 from ._serde import state_from_dict, state_from_json, state_to_dict, state_to_json
+from ._spans import RecordingTracerProvider, SpanSink
 from ._sqlite import SQLiteStore, default_store_path
 from ._state import (
     Approval,
@@ -70,6 +71,7 @@ __all__ = [
     "ProviderError",
     "ProviderHTTPError",
     "ProviderReplyError",
+    "RecordingTracerProvider",
     "RunHandle",
     "RunNotFound",
     "RunResult",
@@ -77,6 +79,7 @@ __all__ = [
     "Runner",
     "SQLiteStore",
     "SchemaVersionError",
+    "SpanSink",
     "StateError",
     "Status",
     "Store",

@@ -14,8 +14,10 @@ The span context of every run is saved with its state
 (``RunState.trace_context``): a run resumed in another process, days later,
 starts its new agent span as a child of the last one, in the same trace.
 
-Spans are built from the run's events on the trio thread; exporting is done
-by the SDK's ``BatchSpanProcessor`` in its own thread. Message contents and
+Spans are built from the run's events on the trio thread, through any
+OpenTelemetry ``TracerProvider``: the SDK's (sampling, custom processors) or
+:func:`configure_otlp`'s lean one, which records spans as plain data and
+exports them from a child process. Message contents and
 tool arguments are recorded only with ``capture_content=True``.
 """
 
@@ -30,14 +32,14 @@ import trio
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ._events import Event
 from ._exceptions import ConfigError
+from ._otlp_process import ExportProcess
 from ._run import LiveRun
+from ._spans import RecordingTracerProvider
 from ._state import Usage
 
 __all__ = ["OTelTracer", "configure_otlp", "flush_spans"]
@@ -279,16 +281,23 @@ def _end_with_error(span: Span, error_type: str, description: str = "") -> None:
 
 # -- export -------------------------------------------------------------------------
 
+PROTOCOLS = ("http/protobuf", "grpc")
+
 
 def configure_otlp(
     *, service_name: str | None = None, protocol: str | None = None, endpoint: str | None = None
-) -> TracerProvider:
-    """A tracer provider exporting over OTLP in a background batch processor.
+) -> RecordingTracerProvider:
+    """A tracer provider exporting over OTLP from a child process.
 
-    Follows the standard variables: ``OTEL_SERVICE_NAME`` (default
-    ``orchestra``), ``OTEL_EXPORTER_OTLP_PROTOCOL`` / ``..._TRACES_PROTOCOL``
-    (``http/protobuf``, the default, or ``grpc``) and
-    ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``..._TRACES_ENDPOINT``.
+    Spans are recorded as plain data on the trio thread and exported by the
+    SDK's OTLP exporter in ``python -m orchestra._otlp_child`` (see
+    :mod:`orchestra._otlp_process`), off this process's GIL. Follows the
+    standard variables: ``OTEL_SERVICE_NAME`` (default ``orchestra``),
+    ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_EXPORTER_OTLP_PROTOCOL`` /
+    ``..._TRACES_PROTOCOL`` (``http/protobuf``, the default, or ``grpc``),
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``..._TRACES_ENDPOINT`` and the
+    exporter's others (headers, timeout, certificates). Call ``shutdown()``
+    when done (it flushes; also run at exit).
     """
     protocol = (
         protocol
@@ -296,30 +305,22 @@ def configure_otlp(
         or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
         or "http/protobuf"
     )
+    if protocol == "http":
+        protocol = "http/protobuf"
+    if protocol not in PROTOCOLS:
+        raise ConfigError(f"unknown OTLP protocol {protocol!r}: use 'http/protobuf' or 'grpc'")
     name = service_name or os.environ.get("OTEL_SERVICE_NAME") or "orchestra"
-    provider = TracerProvider(resource=Resource.create({"service.name": name}))
-    provider.add_span_processor(BatchSpanProcessor(_exporter(protocol, endpoint)))
-    return provider
+    resource = Resource.create({"service.name": name})
+    sink = ExportProcess(protocol=protocol, endpoint=endpoint, resource=resource)
+    return RecordingTracerProvider(sink=sink, resource=resource)
 
 
-def _exporter(protocol: str, endpoint: str | None) -> Any:
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc
+async def flush_spans(provider: Any, timeout_s: float = 10.0) -> bool:
+    """Flush ``provider`` (ours or the SDK's) from a worker thread, never blocking trio.
 
-        return Grpc(endpoint=endpoint, insecure=True) if endpoint else Grpc()
-    if protocol in ("http/protobuf", "http"):
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http
-
-        if endpoint and not endpoint.rstrip("/").endswith("/v1/traces"):
-            endpoint = endpoint.rstrip("/") + "/v1/traces"
-        return Http(endpoint=endpoint) if endpoint else Http()
-    raise ConfigError(f"unknown OTLP protocol {protocol!r}: use 'http/protobuf' or 'grpc'")
-
-
-async def flush_spans(provider: TracerProvider, timeout_s: float = 10.0) -> None:
-    """Flush the batch processor from a worker thread (never blocks the trio thread).
-
-    Note: ``force_flush`` reports True even when the export itself failed;
-    check the backend, not this call, to know the spans arrived.
+    With :func:`configure_otlp`'s provider the answer says whether the export
+    succeeded; the SDK's ``force_flush`` says True even when it failed, so
+    check the backend, not this call, with an SDK provider.
     """
-    await trio.to_thread.run_sync(provider.force_flush, int(timeout_s * 1000))
+    result = await trio.to_thread.run_sync(provider.force_flush, int(timeout_s * 1000))
+    return bool(result)

@@ -1,6 +1,8 @@
-"""Spans for the run tree (GenAI conventions), read back from an in-memory exporter."""
+"""Spans for the run tree (GenAI conventions), read back in memory from both pipelines."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 import trio
@@ -9,19 +11,24 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from orchestra import Limits, Runner
+from orchestra import Limits, RecordingTracerProvider, Runner
 from orchestra._otel import OTelTracer
+from orchestra.testing import InMemorySpanSink
 
 
-@pytest.fixture
-def exporter() -> InMemorySpanExporter:
-    return InMemorySpanExporter()
+@pytest.fixture(params=["sdk", "recording"])
+def exporter(request: pytest.FixtureRequest) -> InMemorySpanExporter | InMemorySpanSink:
+    """Finished spans from the SDK's pipeline, or from ours (as its export process sees them)."""
+    return InMemorySpanExporter() if request.param == "sdk" else InMemorySpanSink()
 
 
 @pytest.fixture
 def traced(provider, exporter) -> Runner:
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    if isinstance(exporter, InMemorySpanSink):
+        tracer_provider: Any = RecordingTracerProvider(sink=exporter)
+    else:
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
     return Runner(provider=provider, tracer=OTelTracer(tracer_provider=tracer_provider))
 
 

@@ -1,19 +1,34 @@
 """Benchmark: wall time of 1,000 runs with OpenTelemetry tracing on, against off.
 
 Runs the ``research`` tree (a root and 3 children: 4 runs, 11 model calls, 9
-tool calls) 25 times per round, in 10 rounds with tracing off alternating with
-10 rounds with tracing on (``OTelTracer`` feeding the SDK's
-``BatchSpanProcessor``): 1,000 runs each way, on the scripted provider over
-loopback HTTP as ``orchestra demo`` runs it (``--in-process`` for the
-in-process transport). Short alternating rounds keep this VM's speed drift
-(tens of percent over seconds) out of the ratio. The exporter is OTLP over
-HTTP with ``--otlp URL`` (e.g. a Jaeger from ``otel/start-jaeger.sh``),
-otherwise one that drops each batch (span creation, batching and the export
-thread still run). Reports each round's seconds, the ratio of the totals and the median of
-the per-round ratios, and the share of the traced time spent inside the tracer
-itself (measured directly, so free of the drift).
+tool calls, 24 spans) in rounds of 25 trees (100 runs), tracing off and on
+in the order off, on, on, off, ...: 20 rounds, so 2,000 runs each way by
+default, on the scripted provider over loopback HTTP with no latency, as
+``orchestra demo`` runs it (``--in-process`` for the
+in-process transport; ``--latency-ms`` adds a stated delay to every model
+reply). No latency is the worst case for the ratio: a tree then costs only
+orchestra's own CPU (client and scripted server both), about 30 ms.
 
-    python tools/bench_tracing.py [--trees 25] [--rounds 10] [--otlp http://127.0.0.1:4318]
+Tracing on means ``OTelTracer`` on a tracer provider made once, as a
+long-lived process would, and each traced round ends with ``force_flush()``
+(which for ``--otlp`` returns only once the backend took every span), so all
+exporting of its spans counts in its time (a conservative bound: a
+long-lived process never waits for its spans):
+
+- ``--otlp URL``: ``configure_otlp`` (what ``--otlp`` uses): spans recorded as
+  plain data, exported over OTLP/HTTP by the child process (e.g. to a Jaeger
+  from ``otel/start-jaeger.sh``);
+- ``--sdk``: the SDK's ``TracerProvider`` and ``BatchSpanProcessor`` instead
+  (with ``--otlp``, its OTLP/HTTP exporter in a thread of this process);
+- neither: spans recorded, then dropped by the sink (the recording cost alone).
+
+Short rounds in off-on-on-off order cancel this VM's speed drift (it moves by
+tens of percent over seconds). Reports the ratio of the totals, the median of
+the ratios of adjacent rounds, each of them, and the share of the traced time
+spent inside the tracer on the trio thread (measured directly, so free of the
+drift).
+
+    python tools/bench_tracing.py [--trees 25] [--rounds 20] [--otlp http://127.0.0.1:4318] [--sdk]
 """
 
 from __future__ import annotations
@@ -29,25 +44,39 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from orchestra import MemoryStore, OpenAIProvider, Runner, Status
 from orchestra._demo import demo_agent, demo_task
 from orchestra._otel import OTelTracer, configure_otlp
+from orchestra._otlp_child import exporter_for
+from orchestra._spans import Record, RecordingTracerProvider
 from orchestra._tokens import encoding
 from orchestra.testing import ScriptedTransport, make_sandbox, scripted_server
 
+SERVICE = "orchestra-bench"
+
 
 class DiscardingExporter(SpanExporter):
-    """Takes every batch and drops it, as a backend would after shipping (no memory growth)."""
-
-    def __init__(self) -> None:
-        self.spans = 0
+    """Takes every batch and drops it (the SDK pipeline without a backend)."""
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        self.spans += len(spans)
         return SpanExportResult.SUCCESS
+
+
+class DiscardingSink:
+    """Takes every span record and drops it (the recording cost alone)."""
+
+    def add(self, record: Record) -> None:
+        pass
+
+    def force_flush(self, timeout_s: float) -> bool:
+        return True
+
+    def shutdown(self, timeout_s: float) -> None:
+        pass
 
 
 class TimedTracer(OTelTracer):
@@ -61,18 +90,20 @@ class TimedTracer(OTelTracer):
         TimedTracer.seconds += time.perf_counter() - start
 
 
-def tracer_provider(otlp: str | None) -> tuple[TracerProvider, Any]:
-    if otlp:
-        return configure_otlp(service_name="orchestra-bench", endpoint=otlp), None
-    exporter = DiscardingExporter()
-    provider = TracerProvider()
+def tracer_provider(otlp: str | None, sdk: bool) -> Any:
+    if not sdk:
+        if otlp:
+            return configure_otlp(service_name=SERVICE, endpoint=otlp)
+        return RecordingTracerProvider(sink=DiscardingSink())
+    provider = TracerProvider(resource=Resource.create({"service.name": SERVICE}))
+    exporter = exporter_for("http/protobuf", otlp) if otlp else DiscardingExporter()
     provider.add_span_processor(BatchSpanProcessor(exporter))
-    return provider, exporter
+    return provider
 
 
-async def trees(count: int, directory: Path, tracer: OTelTracer | None, http: bool) -> int:
-    if http:
-        async with scripted_server() as url:
+async def trees(count: int, directory: Path, tracer: OTelTracer | None, latency: float) -> int:
+    if latency >= 0:
+        async with scripted_server(latency=latency) as url:
             return await _trees(count, directory, tracer, OpenAIProvider(base_url=url, api_key="b"))
     transport = ScriptedTransport()
     return await _trees(
@@ -94,24 +125,24 @@ async def _trees(
     return runs
 
 
-def timed(
-    count: int, directory: Path, otlp: str | None, traced: bool, http: bool
-) -> tuple[float, int]:
+def timed(count: int, directory: Path, spans: Any, latency: float) -> tuple[float, int]:
+    """Seconds for ``count`` trees (traced into ``spans`` unless None, flushed in the time)."""
     gc.collect()
-    provider, _ = tracer_provider(otlp) if traced else (None, None)
-    tracer = TimedTracer(tracer_provider=provider) if provider else None
+    tracer = TimedTracer(tracer_provider=spans) if spans is not None else None
     start = time.perf_counter()
-    runs = trio.run(trees, count, directory, tracer, http)
-    if provider is not None:
-        provider.shutdown()  # the export of the last batch counts too
+    runs = trio.run(trees, count, directory, tracer, latency)
+    if spans is not None:
+        assert spans.force_flush(), "the spans were not exported"
     return time.perf_counter() - start, runs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trees", type=int, default=25, help="trees (of 4 runs) per round")
-    parser.add_argument("--rounds", type=int, default=10, help="off/on round pairs")
-    parser.add_argument("--otlp", default=None, help="OTLP/HTTP endpoint; default in-memory")
+    parser.add_argument("--rounds", type=int, default=20, help="rounds each way (off/on/on/off)")
+    parser.add_argument("--otlp", default=None, help="OTLP/HTTP endpoint; default: discard")
+    parser.add_argument("--sdk", action="store_true", help="the SDK's span pipeline instead")
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="per model reply")
     parser.add_argument(
         "--in-process",
         action="store_true",
@@ -120,27 +151,37 @@ def main() -> None:
     args = parser.parse_args()
     encoding()
     directory = make_sandbox(tempfile.mkdtemp(prefix="bench-tracing-"))
-    http = not args.in_process
-    timed(10, directory, args.otlp, True, http)  # warm up both paths
-    off, on = [], []
-    for _ in range(args.rounds):
-        seconds, runs = timed(args.trees, directory, args.otlp, False, http)
-        off.append(seconds)
-        seconds, runs = timed(args.trees, directory, args.otlp, True, http)
-        on.append(seconds)
-    ratios = [b / a for a, b in zip(off, on, strict=True)]
+    latency = -1.0 if args.in_process else args.latency_ms / 1000
+    spans = tracer_provider(args.otlp, args.sdk)
+    timed(5, directory, spans, latency)  # warm up both paths (and the export process)
+    timed(5, directory, None, latency)
+    TimedTracer.seconds = 0.0
+    rounds: dict[str, list[float]] = {"off": [], "on": []}
+    for mode in ["off", "on", "on", "off"] * (args.rounds // 2):
+        seconds, runs = timed(args.trees, directory, spans if mode == "on" else None, latency)
+        rounds[mode].append(seconds)
+    spans.shutdown()
+    report(args, runs, rounds["off"], rounds["on"])
+
+
+def report(args: argparse.Namespace, runs: int, off: list[float], on: list[float]) -> None:
+    pairs = [(off[i], on[i]) for i in range(len(on))]
+    ratios = [b / a for a, b in pairs]
+    pipeline = "sdk BatchSpanProcessor" if args.sdk else "orchestra (records, export process)"
     print(
         json.dumps(
             {
-                "runs_per_mode": runs * args.rounds,
-                "tracer_share_of_traced_time": round(TimedTracer.seconds / sum(on), 3),
-                "ratio_on_off_total": round(sum(on) / sum(off), 3),
+                "runs_per_mode": runs * len(on),
                 "runs_per_round": runs,
+                "ratio_on_off_total": round(sum(on) / sum(off), 3),
+                "ratio_on_off_median": round(statistics.median(ratios), 3),
+                "tracer_share_of_traced_time": round(TimedTracer.seconds / sum(on), 3),
+                "pipeline": pipeline,
                 "exporter": args.otlp or "discarding",
                 "provider": "in-process transport" if args.in_process else "loopback HTTP",
-                "off_s": [round(x, 3) for x in off],
-                "on_s": [round(x, 3) for x in on],
-                "ratio_on_off_median": round(statistics.median(ratios), 3),
+                "latency_ms": 0 if args.in_process else args.latency_ms,
+                "off_s_total": round(sum(off), 3),
+                "on_s_total": round(sum(on), 3),
                 "ratios": [round(r, 3) for r in ratios],
             },
             indent=2,

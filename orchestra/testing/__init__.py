@@ -5,7 +5,8 @@ request (:func:`reply`); the request's ``model`` names a scenario from
 :data:`SCENARIOS`. Use it over a real socket (:func:`serve_scripted`,
 :func:`scripted_server`) or in-process (:class:`ScriptedTransport`). Its
 scenarios call tools that work on the files of :data:`SANDBOX_FILES`;
-:func:`make_sandbox` writes them to a directory.
+:func:`make_sandbox` writes them to a directory. :class:`InMemorySpanSink`
+keeps the spans of a :class:`~orchestra.RecordingTracerProvider` for assertions.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from pathlib import Path
 
 from ._scenarios import SANDBOX_FILES, SCENARIOS, Scenario, ScriptError, reply
 from ._server import scripted_server, serve_scripted
+from ._spans import InMemorySpanSink
 from ._transport import ScriptedTransport
 
 __all__ = [
     "SANDBOX_FILES",
     "SCENARIOS",
+    "InMemorySpanSink",
     "Scenario",
     "ScriptError",
     "ScriptedTransport",

@@ -1,0 +1,234 @@
+"""Span export in a child process: a :class:`~orchestra._spans.SpanSink` over a pipe.
+
+The trio thread appends each finished span's record to a batch; when the
+batch is full it pickles it and writes it, without blocking, into the stdin
+of ``python -m orchestra._otlp_child``, which exports the spans with the SDK's
+OTLP exporter on the machine's other core. Encoding protobuf, the costliest
+part of tracing, never holds this process's GIL, and the hot path never
+wakes a thread (each wake-up costs the trio thread GIL hand-offs).
+
+- The pipe holds up to 1 MiB (where the OS allows); when it is full, batches
+  wait in memory, at most ``max_queue`` spans (more are dropped, counted and
+  logged at shutdown, as the SDK's batch processor does).
+- A daemon thread ships a partial batch (and anything waiting) every
+  ``delay_s``, so spans never wait long for more to come.
+- ``force_flush`` waits until the child has exported everything queued before
+  the call and returns whether every export since the last flush succeeded
+  (unlike the SDK's, which says True even when the export failed).
+- ``shutdown`` ships what is left, closes the pipe and waits for the child to
+  finish exporting; it is registered with :mod:`atexit` too.
+- The child ignores SIGINT, so Ctrl-C in a terminal does not lose the spans
+  of the runs it interrupts; it exits when the pipe closes, whatever ends
+  this process.
+- If the child dies, spans are dropped with one logged warning; runs go on.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import logging
+import os
+import pickle
+import select
+import subprocess
+import sys
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+
+from ._spans import Record
+
+__all__ = ["ExportProcess"]
+
+_log = logging.getLogger("orchestra.otlp")
+_PIPE_BYTES = 1 << 20
+
+
+class ExportProcess:
+    """Ships span records to an OTLP-exporting child process (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        protocol: str,
+        endpoint: str | None,
+        resource: Resource,
+        batch_size: int = 32,
+        max_queue: int = 8192,
+        delay_s: float = 0.5,
+    ) -> None:
+        self._batch_size = batch_size
+        self._max_queue = max_queue
+        self._delay_s = delay_s
+        self._batch: list[Record] = []
+        self._waiting: deque[tuple[bytes, int]] = deque()  # pickled batches, span counts
+        self._waiting_spans = 0
+        self._pipe = threading.Lock()  # held while writing to the child or reading its answer
+        self._stop = threading.Event()
+        self._broken = False
+        self.dropped = 0
+        self._process = _spawn(protocol, endpoint)
+        self._stdin = _nonblocking_pipe(self._process)
+        self._enqueue(("resource", dict(resource.attributes), resource.schema_url), 0)
+        self._thread = threading.Thread(target=self._tick, name="orchestra-otlp", daemon=True)
+        self._thread.start()
+        atexit.register(self.shutdown)
+
+    # -- the trio thread's side ---------------------------------------------------
+
+    def add(self, record: Record) -> None:
+        """Queue one finished span; a full batch is written to the pipe. Never blocks."""
+        batch = self._batch
+        batch.append(record)
+        if len(batch) >= self._batch_size:
+            self._batch = []
+            self._enqueue(("spans", batch), len(batch))
+            if self._pipe.acquire(blocking=False):
+                try:
+                    self._write(block=False)
+                finally:
+                    self._pipe.release()
+
+    # -- blocking calls (any thread but trio's) -----------------------------------------
+
+    def force_flush(self, timeout_s: float = 30.0) -> bool:
+        """Block until the spans queued so far are exported; True if all exports succeeded."""
+        if not self._pipe.acquire(timeout=timeout_s):
+            return False
+        try:
+            self._take_batch()
+            self._enqueue(("flush",), 0)
+            return self._write(block=True) and self._answer() == b"ok\n"
+        finally:
+            self._pipe.release()
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Ship what is queued, close the pipe and wait (bounded) for the child to exit."""
+        atexit.unregister(self.shutdown)
+        self._stop.set()
+        self._thread.join(timeout_s)
+        with self._pipe:
+            self._take_batch()
+            self._write(block=True, timeout_s=timeout_s)
+            _close(self._process)
+        try:
+            self._process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            _log.warning("the OTLP export process did not finish in %.0f s; killed", timeout_s)
+            self._process.kill()
+            self._process.wait()
+        if self.dropped:
+            _log.warning("%d spans dropped before export", self.dropped)
+
+    # -- shared -------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        """Every ``delay_s``: ship the partial batch and whatever waits."""
+        while not self._stop.wait(self._delay_s):
+            with self._pipe:
+                self._take_batch()
+                self._write(block=True)
+
+    def _take_batch(self) -> None:
+        batch, self._batch = self._batch, []
+        if batch:
+            self._enqueue(("spans", batch), len(batch))
+
+    def _enqueue(self, message: tuple[Any, ...], spans: int) -> None:
+        if self._broken or self._waiting_spans + spans > self._max_queue:
+            self.dropped += spans
+            return
+        self._waiting.append((_pickle(message), spans))
+        self._waiting_spans += spans
+
+    def _write(self, *, block: bool, timeout_s: float = 30.0) -> bool:
+        """Write waiting batches (the caller holds ``_pipe``); False if the child is gone.
+
+        Without ``block``, stops where the pipe is full; with it, waits for the
+        child to read, up to ``timeout_s`` without progress (then it is gone).
+        """
+        while self._waiting and not self._broken:
+            data, spans = self._waiting[0]
+            try:
+                written = os.write(self._stdin, data)
+            except BlockingIOError:
+                if not block:
+                    return True
+                if not select.select([], [self._stdin], [], timeout_s)[1]:
+                    self._gone(TimeoutError(f"not reading for {timeout_s:.0f} s"))
+                continue
+            except OSError as exc:  # BrokenPipeError: the child is gone
+                self._gone(exc)
+                break
+            if written < len(data):
+                self._waiting[0] = (data[written:], spans)
+            else:
+                self._waiting.popleft()
+                self._waiting_spans -= spans
+        return not self._broken
+
+    def _answer(self) -> bytes:
+        stdout = self._process.stdout
+        return stdout.readline() if stdout is not None else b""
+
+    def _gone(self, exc: Exception) -> None:
+        self._broken = True
+        self.dropped += self._waiting_spans
+        self._waiting.clear()
+        self._waiting_spans = 0
+        _log.warning("the OTLP export process is gone (%s); spans are dropped", exc)
+
+
+def _pickle(message: tuple[Any, ...]) -> bytes:
+    """The message; a span whose attributes cannot be pickled is dropped, not its batch."""
+    try:
+        return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        if message[0] != "spans":
+            raise
+    kept = [r for r in message[1] if _picklable(r)]
+    lost = len(message[1]) - len(kept)
+    _log.warning("%d spans dropped: attributes that cannot be exported", lost)
+    return pickle.dumps(("spans", kept), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _picklable(record: Record) -> bool:
+    try:
+        pickle.dumps(record)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return False
+    return True
+
+
+def _nonblocking_pipe(process: subprocess.Popen[bytes]) -> int:
+    """The child's stdin as a non-blocking descriptor with a large buffer."""
+    assert process.stdin is not None
+    fd = process.stdin.fileno()
+    os.set_blocking(fd, False)
+    if hasattr(fcntl, "F_SETPIPE_SZ"):
+        with contextlib.suppress(OSError):  # the OS keeps its default size
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+    return fd
+
+
+def _close(process: subprocess.Popen[bytes]) -> None:
+    """Close the child's stdin (its end of input)."""
+    with contextlib.suppress(OSError):  # already gone with the child
+        if process.stdin is not None:
+            process.stdin.close()
+
+
+def _spawn(protocol: str, endpoint: str | None) -> subprocess.Popen[bytes]:
+    """``python -m orchestra._otlp_child``, finding this copy of orchestra whatever the cwd."""
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    command = [sys.executable, "-m", "orchestra._otlp_child", "--protocol", protocol]
+    if endpoint:
+        command += ["--endpoint", endpoint]
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
