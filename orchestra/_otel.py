@@ -70,9 +70,14 @@ class OTelTracer:
         self._chats: dict[str, Span] = {}
         self._tools: dict[tuple[str, str], Span] = {}
         self._at_start: dict[str, tuple[Usage, Usage]] = {}
+        self._handlers = {  # event type -> its _on_<type> method
+            name.removeprefix("_on_"): getattr(self, name)
+            for name in dir(self)
+            if name.startswith("_on_")
+        }
 
     def __call__(self, run: LiveRun, event: Event) -> None:
-        handler = getattr(self, f"_on_{event.type}", None)
+        handler = self._handlers.get(event.type)
         if handler is not None:
             handler(run, event)
 

@@ -17,9 +17,9 @@ wakes a thread (each wake-up costs the trio thread GIL hand-offs).
   (unlike the SDK's, which says True even when the export failed).
 - ``shutdown`` ships what is left, closes the pipe and waits for the child to
   finish exporting; it is registered with :mod:`atexit` too.
-- The child ignores SIGINT, so Ctrl-C in a terminal does not lose the spans
-  of the runs it interrupts; it exits when the pipe closes, whatever ends
-  this process.
+- The child runs in its own process group and ignores SIGINT, so Ctrl-C in a
+  terminal does not lose the spans of the runs it interrupts; it exits when
+  the pipe closes, whatever ends this process.
 - If the child dies, spans are dropped with one logged warning; runs go on.
 """
 
@@ -122,6 +122,8 @@ class ExportProcess:
             _log.warning("the OTLP export process did not finish in %.0f s; killed", timeout_s)
             self._process.kill()
             self._process.wait()
+        if self._process.stdout is not None:
+            self._process.stdout.close()
         if self.dropped:
             _log.warning("%d spans dropped before export", self.dropped)
 
@@ -231,4 +233,6 @@ def _spawn(protocol: str, endpoint: str | None) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "orchestra._otlp_child", "--protocol", protocol]
     if endpoint:
         command += ["--endpoint", endpoint]
-    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    return subprocess.Popen(  # its own process group: a terminal's Ctrl-C does not reach it
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, process_group=0
+    )

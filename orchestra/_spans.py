@@ -161,7 +161,12 @@ class RecordedSpan(trace.Span):
     ) -> None:
         self._name = name
         self._context = context
-        self._parent = parent
+        self._ids = (
+            context.trace_id,
+            context.span_id,
+            parent.span_id if parent is not None else None,
+            parent.is_remote if parent is not None else False,
+        )
         self._kind = kind
         self._attributes = attributes
         self._events: list[tuple[str, int, dict[str, Any]]] = []
@@ -226,14 +231,10 @@ class RecordedSpan(trace.Span):
             tracer.finish(self, end_time or time.time_ns())
 
     def record(self, end_ns: int, scope: tuple[str, str]) -> Record:
-        parent = self._parent
         return (
             self._name,
             self._kind.value,
-            self._context.trace_id,
-            self._context.span_id,
-            parent.span_id if parent is not None else None,
-            parent.is_remote if parent is not None else False,
+            *self._ids,
             self._start,
             end_ns,
             self._attributes,

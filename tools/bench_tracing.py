@@ -1,9 +1,9 @@
 """Benchmark: wall time of 1,000 runs with OpenTelemetry tracing on, against off.
 
 Runs the ``research`` tree (a root and 3 children: 4 runs, 11 model calls, 9
-tool calls, 24 spans) in rounds of 25 trees (100 runs), tracing off and on
-in the order off, on, on, off, ...: 20 rounds, so 2,000 runs each way by
-default, on the scripted provider over loopback HTTP with no latency, as
+tool calls, 24 spans) in rounds of 10 trees (40 runs), tracing off and on
+in the order off, on, on, off, ...: 26 rounds each way, so 1,040 runs each
+way by default, on the scripted provider over loopback HTTP with no latency, as
 ``orchestra demo`` runs it (``--in-process`` for the
 in-process transport; ``--latency-ms`` adds a stated delay to every model
 reply). No latency is the worst case for the ratio: a tree then costs only
@@ -28,7 +28,7 @@ the ratios of adjacent rounds, each of them, and the share of the traced time
 spent inside the tracer on the trio thread (measured directly, so free of the
 drift).
 
-    python tools/bench_tracing.py [--trees 25] [--rounds 20] [--otlp http://127.0.0.1:4318] [--sdk]
+    python tools/bench_tracing.py [--trees 10] [--rounds 26] [--otlp http://127.0.0.1:4318] [--sdk]
 """
 
 from __future__ import annotations
@@ -138,8 +138,8 @@ def timed(count: int, directory: Path, spans: Any, latency: float) -> tuple[floa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trees", type=int, default=25, help="trees (of 4 runs) per round")
-    parser.add_argument("--rounds", type=int, default=20, help="rounds each way (off/on/on/off)")
+    parser.add_argument("--trees", type=int, default=10, help="trees (of 4 runs) per round")
+    parser.add_argument("--rounds", type=int, default=26, help="rounds each way (even)")
     parser.add_argument("--otlp", default=None, help="OTLP/HTTP endpoint; default: discard")
     parser.add_argument("--sdk", action="store_true", help="the SDK's span pipeline instead")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="per model reply")
@@ -157,7 +157,7 @@ def main() -> None:
     timed(5, directory, None, latency)
     TimedTracer.seconds = 0.0
     rounds: dict[str, list[float]] = {"off": [], "on": []}
-    for mode in ["off", "on", "on", "off"] * (args.rounds // 2):
+    for mode in ["off", "on", "on", "off"] * ((args.rounds + 1) // 2):
         seconds, runs = timed(args.trees, directory, spans if mode == "on" else None, latency)
         rounds[mode].append(seconds)
     spans.shutdown()
