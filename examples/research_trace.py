@@ -27,9 +27,8 @@ from typing import Any
 
 import httpx
 import trio
-from opentelemetry.sdk.trace import TracerProvider
 
-from orchestra import OpenAIProvider, Runner, RunResult
+from orchestra import OpenAIProvider, RecordingTracerProvider, Runner, RunResult
 from orchestra._demo import demo_agent, demo_task
 from orchestra._otel import OTelTracer, configure_otlp
 from orchestra.testing import make_sandbox, scripted_server
@@ -39,7 +38,7 @@ DEFAULT_ENDPOINT = "http://127.0.0.1:4318"
 POLL_TIMEOUT_S = 20.0
 
 
-async def research(spans: TracerProvider) -> RunResult:
+async def research(spans: RecordingTracerProvider) -> RunResult:
     directory = make_sandbox(tempfile.mkdtemp(prefix="research-trace-"))
     agent = demo_agent("research", directory)
     async with scripted_server() as url:
@@ -100,7 +99,7 @@ def main() -> int:
     try:
         result = trio.run(research, spans)
     finally:
-        spans.shutdown()  # flushes the batch processor; trio is no longer running
+        spans.shutdown()  # the export process sends the rest, then exits
     trace_id = trace_id_of(result)
     print(f"root run:  {result.run_id} ({result.status.value}, {len(result.children)} children)")
     print(f"trace id:  {trace_id}")

@@ -102,7 +102,7 @@ def _finish(
     spans: Any = None,
 ) -> None:
     if spans is not None:
-        spans.shutdown()  # flushes the batch processor; trio is no longer running
+        spans.shutdown()  # the export process sends the rest, then exits
     out = report(result, session.store, elapsed, session.recipe.directory)
     if as_json:
         click.echo(json.dumps(out, sort_keys=True))

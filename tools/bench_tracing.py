@@ -1,13 +1,14 @@
-"""Benchmark: wall time of 1,000 runs with OpenTelemetry tracing on, against off.
+"""Benchmark: wall time of 2,000 runs with OpenTelemetry tracing on, against 2,000 off.
 
 Runs the ``research`` tree (a root and 3 children: 4 runs, 11 model calls, 9
-tool calls, 24 spans) in rounds of 10 trees (40 runs), tracing off and on
-in the order off, on, on, off, ...: 26 rounds each way, so 1,040 runs each
-way by default, on the scripted provider over loopback HTTP with no latency, as
-``orchestra demo`` runs it (``--in-process`` for the
-in-process transport; ``--latency-ms`` adds a stated delay to every model
-reply). No latency is the worst case for the ratio: a tree then costs only
-orchestra's own CPU (client and scripted server both), about 30 ms.
+tool calls, 24 spans) in rounds of 10 trees (40 runs), tracing off and on in
+the order off, on, on, off, ...: 50 rounds each way, so 2,000 runs each way
+by default (twice the 1,000 asked, to halve the variance of the ratio). The
+provider is the scripted one over loopback HTTP with no latency, as
+``orchestra demo`` runs it (``--in-process`` for the in-process transport;
+``--latency-ms`` adds a stated delay to every model reply). No latency is the
+worst case for the ratio: a tree then costs only orchestra's own CPU (client
+and scripted server both), about 25 ms.
 
 Tracing on means ``OTelTracer`` on a tracer provider made once, as a
 long-lived process would, and each traced round ends with ``force_flush()``
@@ -20,7 +21,8 @@ long-lived process never waits for its spans):
   from ``otel/start-jaeger.sh``);
 - ``--sdk``: the SDK's ``TracerProvider`` and ``BatchSpanProcessor`` instead
   (with ``--otlp``, its OTLP/HTTP exporter in a thread of this process);
-- neither: spans recorded, then dropped by the sink (the recording cost alone).
+- neither: spans recorded, then dropped by the sink (the recording cost alone);
+- ``--null``: an A/A check, tracing off both ways: the ratio's noise floor.
 
 Short rounds in off-on-on-off order cancel this VM's speed drift (it moves by
 tens of percent over seconds). Reports the ratio of the totals, the median of
@@ -28,7 +30,7 @@ the ratios of adjacent rounds, each of them, and the share of the traced time
 spent inside the tracer on the trio thread (measured directly, so free of the
 drift).
 
-    python tools/bench_tracing.py [--trees 10] [--rounds 26] [--otlp http://127.0.0.1:4318] [--sdk]
+    python tools/bench_tracing.py [--trees 10] [--rounds 50] [--otlp http://127.0.0.1:4318] [--sdk]
 """
 
 from __future__ import annotations
@@ -139,9 +141,12 @@ def timed(count: int, directory: Path, spans: Any, latency: float) -> tuple[floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trees", type=int, default=10, help="trees (of 4 runs) per round")
-    parser.add_argument("--rounds", type=int, default=26, help="rounds each way (even)")
+    parser.add_argument("--rounds", type=int, default=50, help="rounds each way (even)")
     parser.add_argument("--otlp", default=None, help="OTLP/HTTP endpoint; default: discard")
     parser.add_argument("--sdk", action="store_true", help="the SDK's span pipeline instead")
+    parser.add_argument(
+        "--null", action="store_true", help="A/A check: tracing off in both modes (noise floor)"
+    )
     parser.add_argument("--latency-ms", type=float, default=0.0, help="per model reply")
     parser.add_argument(
         "--in-process",
@@ -158,7 +163,8 @@ def main() -> None:
     TimedTracer.seconds = 0.0
     rounds: dict[str, list[float]] = {"off": [], "on": []}
     for mode in ["off", "on", "on", "off"] * ((args.rounds + 1) // 2):
-        seconds, runs = timed(args.trees, directory, spans if mode == "on" else None, latency)
+        traced = mode == "on" and not args.null
+        seconds, runs = timed(args.trees, directory, spans if traced else None, latency)
         rounds[mode].append(seconds)
     spans.shutdown()
     report(args, runs, rounds["off"], rounds["on"])
@@ -176,7 +182,7 @@ def report(args: argparse.Namespace, runs: int, off: list[float], on: list[float
                 "ratio_on_off_total": round(sum(on) / sum(off), 3),
                 "ratio_on_off_median": round(statistics.median(ratios), 3),
                 "tracer_share_of_traced_time": round(TimedTracer.seconds / sum(on), 3),
-                "pipeline": pipeline,
+                "pipeline": "none (A/A noise check)" if args.null else pipeline,
                 "exporter": args.otlp or "discarding",
                 "provider": "in-process transport" if args.in_process else "loopback HTTP",
                 "latency_ms": 0 if args.in_process else args.latency_ms,
