@@ -18,6 +18,7 @@ variables (headers, timeout, certificates…) are read by the SDK's exporter her
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import pickle
 import signal
@@ -33,6 +34,8 @@ from ._exceptions import ConfigError
 from ._spans import to_readable
 
 __all__ = ["exporter_for", "main"]
+
+_log = logging.getLogger("orchestra.otlp")
 
 BATCH = 512
 """Spans per export request."""
@@ -101,12 +104,22 @@ def serve(exporter: SpanExporter, source: Any, answers: Any) -> None:
             resource = Resource(message[1], message[2])
         elif message[0] == "spans":
             for record in message[1]:
-                batches.on_end(to_readable(record, resource))
+                _export_one(batches, record, resource)
         elif message[0] == "flush":
             flushed = batches.force_flush()
             answers.write(b"ok\n" if flushed and checked.checked() else b"failed\n")
             answers.flush()
     batches.shutdown()  # type: ignore[no-untyped-call]  # untyped in the SDK
+
+
+def _export_one(batches: BatchSpanProcessor, record: Any, resource: Resource) -> None:
+    """Hand one record to the batch processor; one malformed record is logged and skipped."""
+    try:
+        span = to_readable(record, resource)
+    except Exception:  # a record is data from the parent: a bad one must not end the export
+        _log.exception("a span record could not be read; it is skipped")
+        return
+    batches.on_end(span)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -58,23 +58,27 @@ class ExportProcess:
         protocol: str,
         endpoint: str | None,
         resource: Resource,
-        batch_size: int = 32,
+        batch_size: int = 16,
         max_queue: int = 8192,
         delay_s: float = 0.5,
     ) -> None:
         self._batch_size = batch_size
         self._max_queue = max_queue
         self._delay_s = delay_s
+        # _lock guards the fields below it; held for microseconds, never across I/O.
+        self._lock = threading.Lock()
         self._batch: list[Record] = []
-        self._waiting: deque[tuple[bytes, int]] = deque()  # pickled batches, span counts
+        self._waiting: deque[tuple[bytes, int]] = deque()  # pickled messages, span counts
         self._waiting_spans = 0
-        self._pipe = threading.Lock()  # held while writing to the child or reading its answer
-        self._stop = threading.Event()
-        self._broken = False
+        self._broken = False  # the child is gone, or shut down: nothing more is written
         self.dropped = 0
+        # _pipe is held by the one thread writing to the child (or reading its answer).
+        self._pipe = threading.Lock()
+        self._stop = threading.Event()
         self._process = _spawn(protocol, endpoint)
         self._stdin = _nonblocking_pipe(self._process)
-        self._enqueue(("resource", dict(resource.attributes), resource.schema_url), 0)
+        with self._lock:
+            self._enqueue(("resource", dict(resource.attributes), resource.schema_url), 0)
         self._thread = threading.Thread(target=self._tick, name="orchestra-otlp", daemon=True)
         self._thread.start()
         atexit.register(self.shutdown)
@@ -82,17 +86,17 @@ class ExportProcess:
     # -- the trio thread's side ---------------------------------------------------
 
     def add(self, record: Record) -> None:
-        """Queue one finished span; a full batch is written to the pipe. Never blocks."""
-        batch = self._batch
-        batch.append(record)
-        if len(batch) >= self._batch_size:
-            self._batch = []
-            self._enqueue(("spans", batch), len(batch))
-            if self._pipe.acquire(blocking=False):
-                try:
-                    self._write(block=False)
-                finally:
-                    self._pipe.release()
+        """Queue one finished span; a full batch is written to the pipe. Never waits on I/O."""
+        with self._lock:
+            self._batch.append(record)
+            if len(self._batch) < self._batch_size:
+                return
+            self._take_batch()
+        if self._pipe.acquire(blocking=False):  # else the thread holding it writes this too
+            try:
+                self._write(block=False)
+            finally:
+                self._pipe.release()
 
     # -- blocking calls (any thread but trio's) -----------------------------------------
 
@@ -101,9 +105,10 @@ class ExportProcess:
         if not self._pipe.acquire(timeout=timeout_s):
             return False
         try:
-            self._take_batch()
-            self._enqueue(("flush",), 0)
-            return self._write(block=True) and self._answer() == b"ok\n"
+            with self._lock:
+                self._take_batch()
+                self._enqueue(("flush",), 0)
+            return self._write(block=True, timeout_s=timeout_s) and self._answer() == b"ok\n"
         finally:
             self._pipe.release()
 
@@ -113,8 +118,11 @@ class ExportProcess:
         self._stop.set()
         self._thread.join(timeout_s)
         with self._pipe:
-            self._take_batch()
+            with self._lock:
+                self._take_batch()
             self._write(block=True, timeout_s=timeout_s)
+            with self._lock:
+                self._broken = True  # spans ended from now on are dropped
             _close(self._process)
         try:
             self._process.wait(timeout_s)
@@ -133,15 +141,18 @@ class ExportProcess:
         """Every ``delay_s``: ship the partial batch and whatever waits."""
         while not self._stop.wait(self._delay_s):
             with self._pipe:
-                self._take_batch()
+                with self._lock:
+                    self._take_batch()
                 self._write(block=True)
 
     def _take_batch(self) -> None:
+        """Seal the current batch into a waiting message (the caller holds ``_lock``)."""
         batch, self._batch = self._batch, []
         if batch:
             self._enqueue(("spans", batch), len(batch))
 
     def _enqueue(self, message: tuple[Any, ...], spans: int) -> None:
+        """Pickle ``message`` onto the waiting queue, or drop it (the caller holds ``_lock``)."""
         if self._broken or self._waiting_spans + spans > self._max_queue:
             self.dropped += spans
             return
@@ -149,13 +160,16 @@ class ExportProcess:
         self._waiting_spans += spans
 
     def _write(self, *, block: bool, timeout_s: float = 30.0) -> bool:
-        """Write waiting batches (the caller holds ``_pipe``); False if the child is gone.
+        """Write waiting messages (the caller holds ``_pipe``); False if the child is gone.
 
         Without ``block``, stops where the pipe is full; with it, waits for the
         child to read, up to ``timeout_s`` without progress (then it is gone).
         """
-        while self._waiting and not self._broken:
-            data, spans = self._waiting[0]
+        while True:
+            with self._lock:
+                if self._broken or not self._waiting:
+                    return not self._broken
+                data = self._waiting[0][0]
             try:
                 written = os.write(self._stdin, data)
             except BlockingIOError:
@@ -166,23 +180,29 @@ class ExportProcess:
                 continue
             except OSError as exc:  # BrokenPipeError: the child is gone
                 self._gone(exc)
-                break
+                continue
+            self._sent(written)
+
+    def _sent(self, written: int) -> None:
+        """Account for ``written`` bytes of the first waiting message (holding ``_pipe``)."""
+        with self._lock:
+            data, spans = self._waiting[0]
             if written < len(data):
                 self._waiting[0] = (data[written:], spans)
             else:
                 self._waiting.popleft()
                 self._waiting_spans -= spans
-        return not self._broken
 
     def _answer(self) -> bytes:
         stdout = self._process.stdout
         return stdout.readline() if stdout is not None else b""
 
     def _gone(self, exc: Exception) -> None:
-        self._broken = True
-        self.dropped += self._waiting_spans
-        self._waiting.clear()
-        self._waiting_spans = 0
+        with self._lock:
+            self._broken = True
+            self.dropped += self._waiting_spans
+            self._waiting.clear()
+            self._waiting_spans = 0
         _log.warning("the OTLP export process is gone (%s); spans are dropped", exc)
 
 

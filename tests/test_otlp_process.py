@@ -183,3 +183,24 @@ def test_a_dead_child_drops_spans_and_says_so(receiver, export):
     assert not export.force_flush(timeout_s=10)
     assert export.dropped >= 64  # whole batches; the partial one with the flush
     export.shutdown(timeout_s=5)  # returns
+
+
+def test_spans_ended_after_shutdown_are_dropped(receiver):
+    resource = Resource.create({"service.name": "closed"})
+    export = ExportProcess(protocol="http/protobuf", endpoint=receiver.url, resource=resource)
+    tracer = RecordingTracerProvider(sink=export).get_tracer("t")
+    span(tracer, "before")
+    export.shutdown(timeout_s=10)
+    assert export._process.returncode == 0
+    for _ in range(40):  # more than a batch: nothing is written to the closed pipe
+        span(tracer, "after")
+    assert not export.force_flush(timeout_s=1)
+    assert export.dropped == 40
+    assert [s.name for s in receiver.spans()] == ["before"]
+
+
+def test_a_malformed_record_is_skipped_by_the_child(receiver, export):
+    export.add(("not", "a", "record"))
+    span(RecordingTracerProvider(sink=export).get_tracer("t"), "next")
+    assert export.force_flush(timeout_s=10)
+    assert [s.name for s in receiver.spans()] == ["next"]
