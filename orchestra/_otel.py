@@ -111,9 +111,10 @@ class OTelTracer:
 
     def _parent(self, run: LiveRun) -> tuple[otel_context.Context | None, Sequence[Link]]:
         """The live parent span (the spawning tool call), else the saved context."""
-        saved = trace.get_current_span(
-            _PROPAGATOR.extract(run.state.trace_context)
-        ).get_span_context()
+        saved = trace.INVALID_SPAN_CONTEXT
+        if run.state.trace_context:  # saved by an earlier process
+            extracted = _PROPAGATOR.extract(run.state.trace_context)
+            saved = trace.get_current_span(extracted).get_span_context()
         links = [Link(saved)] if saved.is_valid else []
         tool = None
         if run.parent is not None and run.state.parent_call_id is not None:

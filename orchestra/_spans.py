@@ -44,6 +44,8 @@ list of ``(trace_id, span_id, trace_flags, attributes)`` and ``scope`` a
 ``(name, version)`` pair."""
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_KIND_VALUES = {kind: kind.value for kind in SpanKind}  # enum .value is slow on the hot path
+_STATUS_VALUES = {code: code.value for code in StatusCode}
 _MAX_ATTRIBUTES = 128
 
 
@@ -105,16 +107,18 @@ class _Tracer(trace.Tracer):
         record_exception: bool = True,
         set_status_on_exception: bool = True,
     ) -> trace.Span:
-        parent = trace.get_current_span(context).get_span_context()
-        trace_id = parent.trace_id if parent.is_valid else _new_id(128)
+        parent: SpanContext | None = trace.get_current_span(context).get_span_context()
+        if parent is not None and not parent.is_valid:
+            parent = None
+        trace_id = parent.trace_id if parent is not None else _new_id(128)
         own = SpanContext(trace_id, _new_id(64), is_remote=False, trace_flags=_SAMPLED)
         return RecordedSpan(
             name,
             own,
-            parent if parent.is_valid else None,
+            parent,
             kind,
             dict(attributes) if attributes else {},
-            [(link.context, dict(link.attributes or {})) for link in links or ()],
+            [(link.context, dict(link.attributes or {})) for link in links] if links else [],
             start_time or time.time_ns(),
             self,
         )
@@ -139,10 +143,7 @@ class _Tracer(trace.Tracer):
 
 
 def _new_id(bits: int) -> int:
-    value = 0
-    while not value:  # zero is the invalid id
-        value = getrandbits(bits)
-    return value
+    return getrandbits(bits) or _new_id(bits)  # zero is the invalid id
 
 
 class RecordedSpan(trace.Span):
@@ -233,14 +234,14 @@ class RecordedSpan(trace.Span):
     def record(self, end_ns: int, scope: tuple[str, str]) -> Record:
         return (
             self._name,
-            self._kind.value,
+            _KIND_VALUES[self._kind],
             *self._ids,
             self._start,
             end_ns,
             self._attributes,
             self._events,
             [(c.trace_id, c.span_id, int(c.trace_flags), a) for c, a in self._links],
-            self._status[0].value,
+            _STATUS_VALUES[self._status[0]],
             self._status[1],
             scope,
         )

@@ -16,7 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.sdk.resources import Resource
 
-from orchestra import RecordingTracerProvider, Runner
+from orchestra import RecordingTracerProvider, Runner, flush_spans
 from orchestra._otel import OTelTracer
 from orchestra._otlp_process import ExportProcess
 from orchestra.testing import InMemorySpanSink
@@ -204,3 +204,13 @@ def test_a_malformed_record_is_skipped_by_the_child(receiver, export):
     span(RecordingTracerProvider(sink=export).get_tracer("t"), "next")
     assert export.force_flush(timeout_s=10)
     assert [s.name for s in receiver.spans()] == ["next"]
+
+
+async def test_flush_spans_waits_off_the_trio_thread_and_says_whether_it_worked(receiver, export):
+    spans = RecordingTracerProvider(sink=export)
+    span(spans.get_tracer("t"), "from trio")
+    assert await flush_spans(spans, timeout_s=10)
+    assert [s.name for s in receiver.spans()] == ["from trio"]
+    receiver.status = 400
+    span(spans.get_tracer("t"), "refused")
+    assert not await flush_spans(spans, timeout_s=10)
