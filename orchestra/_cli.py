@@ -101,14 +101,15 @@ def _finish(
     store_path: str | None,
     spans: Any = None,
 ) -> None:
-    if spans is not None:
-        spans.shutdown()  # the export process sends the rest, then exits
     out = report(result, session.store, elapsed, session.recipe.directory)
     if as_json:
         click.echo(json.dumps(out, sort_keys=True))
     else:
         print_tree(out)
         print_waiting(out, _store_flag(store_path))
+    sys.stdout.flush()  # the result shows now; exporting the last spans may take longer
+    if spans is not None:
+        spans.shutdown()  # the export process sends the rest, then exits
     sys.exit(EXIT_CODES[result.status])
 
 

@@ -37,7 +37,6 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from ._events import Event
 from ._exceptions import ConfigError
-from ._otlp_process import ExportProcess
 from ._run import LiveRun
 from ._spans import RecordingTracerProvider
 from ._state import Usage
@@ -317,6 +316,8 @@ def configure_otlp(
         raise ConfigError(f"unknown OTLP protocol {protocol!r}: use 'http/protobuf' or 'grpc'")
     name = service_name or os.environ.get("OTEL_SERVICE_NAME") or "orchestra"
     resource = Resource.create({"service.name": name})
+    from ._otlp_process import ExportProcess  # POSIX pipes: imported only to export
+
     sink = ExportProcess(protocol=protocol, endpoint=endpoint, resource=resource)
     return RecordingTracerProvider(sink=sink, resource=resource)
 
