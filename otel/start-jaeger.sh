@@ -16,16 +16,20 @@ CONFIG="${JAEGER_CONFIG:-$HERE/jaeger-config.yaml}"
 LOG="$CACHE/jaeger.log"
 PIDFILE="$CACHE/jaeger.pid"
 TIMEOUT="${JAEGER_START_TIMEOUT:-60}"
+NAME=jaeger
 
 HEALTH_URL="http://127.0.0.1:${JAEGER_HEALTH_PORT:-13133}/status"
 QUERY_URL="http://127.0.0.1:${JAEGER_QUERY_HTTP_PORT:-16686}"
 
+# shellcheck source=otel/_lib.sh
+. "$HERE/_lib.sh"
+
 log() { printf '[start-jaeger] %s\n' "$*" >&2; }
 
-healthy() { curl -fsS --max-time 2 -o /dev/null "$HEALTH_URL" 2>/dev/null; }
+up() { curl -fsS --max-time 2 -o /dev/null "$HEALTH_URL" 2>/dev/null; }
 
 # Is PID alive and really our jaeger binary?
-is_our_jaeger() {
+is_ours() {
     local pid="$1"
     [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
     [ "$(readlink -f "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$BIN")" ]
@@ -39,24 +43,9 @@ report() {
 
 mkdir -p "$CACHE"
 
-# Already running?
-if [ -f "$PIDFILE" ]; then
-    pid="$(cat "$PIDFILE" 2>/dev/null || true)"
-    if is_our_jaeger "$pid"; then
-        log "already running (pid $pid); waiting for health"
-        for _ in $(seq 1 "$TIMEOUT"); do
-            if healthy; then report; exit 0; fi
-            sleep 1
-        done
-        log "ERROR: running (pid $pid) but not healthy after ${TIMEOUT}s; last log lines:"
-        tail -n 40 "$LOG" >&2 || true
-        exit 1
-    fi
-    log "removing stale pid file ($pid)"
-    rm -f "$PIDFILE"
-fi
+adopt_running
 
-if healthy; then
+if up; then
     log "ERROR: something else already answers on $HEALTH_URL (not started by this script)."
     log "Stop it first, or pick other ports (JAEGER_*_PORT, see jaeger-config.yaml)."
     exit 1
@@ -72,22 +61,4 @@ log "starting $BIN --config $CONFIG"
 { echo; echo "=== $(date -Is) start-jaeger: $BIN --config $CONFIG"; } >>"$LOG"
 # setsid: own session, so it survives the calling shell / terminal.
 setsid "$BIN" --config "$CONFIG" >>"$LOG" 2>&1 </dev/null &
-pid=$!
-echo "$pid" >"$PIDFILE"
-
-for _ in $(seq 1 "$TIMEOUT"); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-        log "ERROR: jaeger (pid $pid) exited during startup; last log lines:"
-        tail -n 40 "$LOG" >&2 || true
-        rm -f "$PIDFILE"
-        exit 1
-    fi
-    if healthy; then report; exit 0; fi
-    sleep 1
-done
-
-log "ERROR: jaeger (pid $pid) not healthy after ${TIMEOUT}s; stopping it. Last log lines:"
-tail -n 40 "$LOG" >&2 || true
-kill "$pid" 2>/dev/null || true
-rm -f "$PIDFILE"
-exit 1
+await_started "$!"

@@ -25,12 +25,16 @@ HOST=127.0.0.1
 PORT="${PHOENIX_PORT:-6006}"
 GRPC_PORT="${PHOENIX_GRPC_PORT:-4319}"
 BASE_URL="http://$HOST:$PORT"
+NAME=phoenix
+
+# shellcheck source=otel/_lib.sh
+. "$HERE/_lib.sh"
 
 log() { printf '[start-phoenix] %s\n' "$*" >&2; }
 
-ready() { curl -fsS --max-time 2 -o /dev/null "$BASE_URL/healthz" 2>/dev/null; }
+up() { curl -fsS --max-time 2 -o /dev/null "$BASE_URL/healthz" 2>/dev/null; }
 
-is_our_phoenix() {
+is_ours() {
     local pid="$1"
     [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
     tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "phoenix_serve.py"
@@ -46,23 +50,9 @@ report() {
 
 mkdir -p "$CACHE" "$WORKDIR"
 
-if [ -f "$PIDFILE" ]; then
-    pid="$(cat "$PIDFILE" 2>/dev/null || true)"
-    if is_our_phoenix "$pid"; then
-        log "already running (pid $pid); waiting until it answers"
-        for _ in $(seq 1 "$TIMEOUT"); do
-            if ready; then report; exit 0; fi
-            sleep 1
-        done
-        log "ERROR: running (pid $pid) but not answering after ${TIMEOUT}s; last log lines:"
-        tail -n 40 "$LOG" >&2 || true
-        exit 1
-    fi
-    log "removing stale pid file ($pid)"
-    rm -f "$PIDFILE"
-fi
+adopt_running
 
-if ready; then
+if up; then
     log "ERROR: something else already answers on $BASE_URL (not started by this script)."
     exit 1
 fi
@@ -99,22 +89,4 @@ log "starting Phoenix: http $HOST:$PORT, OTLP gRPC $HOST:$GRPC_PORT, data $WORKD
     export PHOENIX_DISABLE_AGENT_ASSISTANT=true
     exec setsid "$VENV/bin/python" "$HERE/phoenix_serve.py" >>"$LOG" 2>&1 </dev/null
 ) &
-pid=$!
-echo "$pid" >"$PIDFILE"
-
-for _ in $(seq 1 "$TIMEOUT"); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-        log "ERROR: phoenix (pid $pid) exited during startup; last log lines:"
-        tail -n 40 "$LOG" >&2 || true
-        rm -f "$PIDFILE"
-        exit 1
-    fi
-    if ready; then report; exit 0; fi
-    sleep 1
-done
-
-log "ERROR: phoenix (pid $pid) not answering after ${TIMEOUT}s; stopping it. Last log lines:"
-tail -n 40 "$LOG" >&2 || true
-kill "$pid" 2>/dev/null || true
-rm -f "$PIDFILE"
-exit 1
+await_started "$!"
