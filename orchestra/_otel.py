@@ -328,6 +328,9 @@ async def flush_spans(provider: Any, timeout_s: float = 10.0) -> bool:
     With :func:`configure_otlp`'s provider the answer says whether the export
     succeeded; the SDK's ``force_flush`` says True even when it failed, so
     check the backend, not this call, with an SDK provider.
+
+    Cancellation: the flush is not abandoned; a cancelled caller returns once
+    the worker thread does (bounded by ``timeout_s``).
     """
     result = await trio.to_thread.run_sync(provider.force_flush, int(timeout_s * 1000))
     return bool(result)

@@ -11,8 +11,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from orchestra import Limits, RecordingTracerProvider, Runner
-from orchestra._otel import OTelTracer
+from orchestra import ConfigError, Limits, RecordingTracerProvider, Runner
+from orchestra._otel import OTelTracer, configure_otlp
 from orchestra.testing import InMemorySpanSink
 
 
@@ -121,3 +121,22 @@ async def test_a_resumed_run_continues_the_same_trace(traced, exporter, scenario
     spent = first.attributes["orchestra.cost_usd"] + second.attributes["orchestra.cost_usd"]
     assert spent == pytest.approx(total, abs=1e-12)  # agent spans of one run add up
     assert second.attributes["orchestra.run.cost_usd_total"] == pytest.approx(total)
+
+
+def test_configure_otlp_refuses_an_unknown_protocol_before_starting_anything(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+    with pytest.raises(ConfigError, match="http/json"):
+        configure_otlp()
+
+
+def test_configure_otlp_follows_the_standard_variables(monkeypatch):
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "from-env")
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http")  # an alias of http/protobuf
+    spans = configure_otlp(endpoint="http://127.0.0.1:9")
+    try:
+        assert isinstance(spans, RecordingTracerProvider)
+        assert spans.resource.attributes["service.name"] == "from-env"
+        assert spans.resource.attributes["deployment.environment"] == "test"
+    finally:
+        spans.shutdown(timeout_millis=5000)  # nothing was traced: nothing to send
