@@ -1,6 +1,7 @@
-# Shared by start-jaeger.sh and start-phoenix.sh (sourced, not run).
-# The caller sets NAME, LOG, PIDFILE and TIMEOUT and defines: log MESSAGE,
-# up (the server answers its health check), is_ours PID and report.
+# Shared by the start and stop scripts of otel/ (sourced, not run).
+# The caller sets NAME and PIDFILE and defines log MESSAGE and is_ours PID;
+# to start, also LOG and TIMEOUT, up (the server answers its health check)
+# and report.
 
 # If our server already runs: wait until it answers, report and exit.
 # A pid file left by a process that is gone is removed.
@@ -42,4 +43,30 @@ await_started() {
     kill "$pid" 2>/dev/null || true
     rm -f "$PIDFILE"
     exit 1
+}
+
+# Stop the server in the pid file (SIGTERM, then SIGKILL after SECONDS), if it
+# is ours; a pid file naming any other process is only removed.
+stop_running() {
+    local seconds="$1" pid
+    if [ ! -f "$PIDFILE" ]; then
+        log "not running (no pid file $PIDFILE)"
+        return 0
+    fi
+    pid="$(cat "$PIDFILE" 2>/dev/null || true)"
+    if ! is_ours "$pid"; then
+        log "not running (stale pid file${pid:+: pid $pid is not our $NAME}); removing it"
+        rm -f "$PIDFILE"
+        return 0
+    fi
+    log "stopping $NAME (pid $pid)"
+    kill -TERM "$pid"
+    for _ in $(seq 1 $((seconds * 10))); do
+        kill -0 "$pid" 2>/dev/null || { rm -f "$PIDFILE"; log "stopped"; return 0; }
+        sleep 0.1
+    done
+    log "still alive after ${seconds}s, sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    rm -f "$PIDFILE"
+    log "killed"
 }
