@@ -21,6 +21,8 @@ wakes a thread (each wake-up costs the trio thread GIL hand-offs).
   terminal does not lose the spans of the runs it interrupts; it exits when
   the pipe closes, whatever ends this process.
 - If the child dies, spans are dropped with one logged warning; runs go on.
+- In a fork of this process (``os.fork``, multiprocessing's fork start
+  method), spans are dropped: the pipe stays the parent's alone.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import select
 import subprocess
 import sys
 import threading
+import weakref
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -79,9 +82,11 @@ class ExportProcess:
         self._stdin = _nonblocking_pipe(self._process)
         with self._lock:
             self._enqueue(("resource", dict(resource.attributes), resource.schema_url), 0)
+        self._forked = False
         self._thread = threading.Thread(target=self._tick, name="orchestra-otlp", daemon=True)
         self._thread.start()
         atexit.register(self.shutdown)
+        _after_fork_in_child(weakref.WeakMethod(self._after_fork))
 
     # -- the trio thread's side ---------------------------------------------------
 
@@ -115,6 +120,8 @@ class ExportProcess:
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """Ship what is queued, close the pipe and wait (bounded) for the child to exit."""
         atexit.unregister(self.shutdown)
+        if self._forked:
+            return  # the export process belongs to the parent
         self._stop.set()
         self._thread.join(timeout_s)
         with self._pipe:
@@ -197,6 +204,24 @@ class ExportProcess:
         stdout = self._process.stdout
         return stdout.readline() if stdout is not None else b""
 
+    def _after_fork(self) -> None:
+        """In a forked copy of this process: drop spans, leave the parent's pipe alone.
+
+        Two writers on one pipe would interleave their messages; spans ended
+        in the fork are dropped (counted), as after shutdown.
+        """
+        self._forked = True
+        self._lock = threading.Lock()  # it may have been held by another thread at fork
+        self._pipe = threading.Lock()
+        self._broken = True
+        self._waiting.clear()
+        self._waiting_spans = 0
+        self._batch = []
+        for stream in (self._process.stdin, self._process.stdout):
+            with contextlib.suppress(OSError):
+                if stream is not None:
+                    stream.close()
+
     def _gone(self, exc: Exception) -> None:
         with self._lock:
             self._broken = True
@@ -225,6 +250,18 @@ def _picklable(record: Record) -> bool:
     except (pickle.PicklingError, TypeError, AttributeError):
         return False
     return True
+
+
+def _after_fork_in_child(method: weakref.WeakMethod[Any]) -> None:
+    """Call ``method`` in a forked child, while its object lives (not keeping it alive)."""
+
+    def call() -> None:
+        bound = method()
+        if bound is not None:
+            bound()
+
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=call)
 
 
 def _nonblocking_pipe(process: subprocess.Popen[bytes]) -> int:

@@ -214,3 +214,21 @@ async def test_flush_spans_waits_off_the_trio_thread_and_says_whether_it_worked(
     receiver.status = 400
     span(spans.get_tracer("t"), "refused")
     assert not await flush_spans(spans, timeout_s=10)
+
+
+@pytest.mark.filterwarnings("ignore:.*multi-threaded.*fork:DeprecationWarning")  # 3.12+
+def test_a_fork_drops_its_spans_and_leaves_the_pipe_to_the_parent(receiver, export):
+    tracer = RecordingTracerProvider(sink=export).get_tracer("t")
+    span(tracer, "before fork")
+    pid = os.fork()
+    if pid == 0:  # the fork: nothing it ends may reach the parent's pipe
+        for _ in range(40):
+            span(tracer, "in the fork")
+        ok = not export.force_flush(timeout_s=1) and export.dropped == 40
+        export.shutdown(timeout_s=1)  # returns at once: not its export process
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    span(tracer, "after fork")
+    assert export.force_flush(timeout_s=10)
+    assert [s.name for s in receiver.spans()] == ["before fork", "after fork"]
