@@ -208,8 +208,9 @@ class RecordedSpan(trace.Span):
         code = status.status_code if isinstance(status, Status) else status
         if isinstance(status, Status):
             description = status.description
-        if self._tracer is not None and self._status[0] is not StatusCode.OK:  # OK is final
-            self._status = (code, description if code is StatusCode.ERROR else None)
+        if self._tracer is None or code is StatusCode.UNSET or self._status[0] is StatusCode.OK:
+            return  # as the spec says: UNSET is ignored, OK is final
+        self._status = (code, description if code is StatusCode.ERROR else None)
 
     def record_exception(
         self,
