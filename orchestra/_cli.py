@@ -26,6 +26,7 @@ from ._cli_session import EXIT_CODES, Session, report, supervise, tree_result
 from ._demo import SCENARIOS, demo_task
 from ._exceptions import OrchestraError
 from ._execute import new_run_id
+from ._otlp_child import PROTOCOLS
 from ._sqlite import SQLiteStore
 from ._state import Limits, RunState, Status
 from ._tokens import encoding
@@ -64,7 +65,7 @@ def otlp_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
     fn = click.option(
         "--otlp-protocol",
-        type=click.Choice(["http/protobuf", "grpc"]),
+        type=click.Choice(PROTOCOLS),
         default=None,
         help="Overrides OTEL_EXPORTER_OTLP_PROTOCOL.",
     )(fn)

@@ -36,7 +36,7 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ._events import Event
-from ._exceptions import ConfigError
+from ._otlp_child import protocol_name
 from ._run import LiveRun
 from ._spans import RecordingTracerProvider
 from ._state import Usage
@@ -286,8 +286,6 @@ def _end_with_error(span: Span, error_type: str, description: str = "") -> None:
 
 # -- export -------------------------------------------------------------------------
 
-PROTOCOLS = ("http/protobuf", "grpc")
-
 
 def configure_otlp(
     *, service_name: str | None = None, protocol: str | None = None, endpoint: str | None = None
@@ -310,16 +308,13 @@ def configure_otlp(
         or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
         or "http/protobuf"
     )
-    if protocol == "http":
-        protocol = "http/protobuf"
-    if protocol not in PROTOCOLS:
-        raise ConfigError(f"unknown OTLP protocol {protocol!r}: use 'http/protobuf' or 'grpc'")
+    protocol = protocol_name(protocol)
     name = service_name or os.environ.get("OTEL_SERVICE_NAME") or "orchestra"
     resource = Resource.create({"service.name": name})
     from ._otlp_process import ExportProcess  # POSIX pipes: imported only to export
 
     sink = ExportProcess(protocol=protocol, endpoint=endpoint, resource=resource)
-    return RecordingTracerProvider(sink=sink, resource=resource)
+    return RecordingTracerProvider(sink=sink)
 
 
 async def flush_spans(provider: Any, timeout_s: float = 10.0) -> bool:

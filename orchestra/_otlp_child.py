@@ -33,7 +33,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from ._exceptions import ConfigError
 from ._spans import to_readable
 
-__all__ = ["exporter_for", "main"]
+__all__ = ["PROTOCOLS", "exporter_for", "main", "protocol_name"]
 
 _log = logging.getLogger("orchestra.otlp")
 
@@ -47,19 +47,29 @@ NICENESS = 10
 """Exporting yields the CPU to the runs it traces."""
 
 
+PROTOCOLS = ("http/protobuf", "grpc")
+"""OTLP protocols for traces (``http`` is taken for ``http/protobuf``)."""
+
+
+def protocol_name(protocol: str) -> str:
+    """``protocol`` as one of :data:`PROTOCOLS`; :class:`ConfigError` if it is none of them."""
+    name = "http/protobuf" if protocol == "http" else protocol
+    if name not in PROTOCOLS:
+        raise ConfigError(f"unknown OTLP protocol {protocol!r}: use 'http/protobuf' or 'grpc'")
+    return name
+
+
 def exporter_for(protocol: str, endpoint: str | None) -> SpanExporter:
-    """The SDK's OTLP span exporter for ``protocol`` (``http/protobuf`` or ``grpc``)."""
-    if protocol == "grpc":
+    """The SDK's OTLP span exporter for ``protocol`` (see :func:`protocol_name`)."""
+    if protocol_name(protocol) == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc
 
         return Grpc(endpoint=endpoint, insecure=True) if endpoint else Grpc()
-    if protocol in ("http/protobuf", "http"):
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http
 
-        if endpoint and not endpoint.rstrip("/").endswith("/v1/traces"):
-            endpoint = endpoint.rstrip("/") + "/v1/traces"
-        return Http(endpoint=endpoint) if endpoint else Http()
-    raise ConfigError(f"unknown OTLP protocol {protocol!r}: use 'http/protobuf' or 'grpc'")
+    if endpoint and not endpoint.rstrip("/").endswith("/v1/traces"):
+        endpoint = endpoint.rstrip("/") + "/v1/traces"
+    return Http(endpoint=endpoint) if endpoint else Http()
 
 
 class _Checked(SpanExporter):

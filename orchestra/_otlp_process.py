@@ -40,7 +40,7 @@ import threading
 import weakref
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from opentelemetry.sdk.resources import Resource
 
@@ -65,6 +65,7 @@ class ExportProcess:
         max_queue: int = 8192,
         delay_s: float = 0.5,
     ) -> None:
+        self.resource = resource
         self._batch_size = batch_size
         self._max_queue = max_queue
         self._delay_s = delay_s
@@ -130,15 +131,14 @@ class ExportProcess:
             self._write(block=True, timeout_s=timeout_s)
             with self._lock:
                 self._broken = True  # spans ended from now on are dropped
-            _close(self._process)
+            _close(self._process.stdin)  # the child's end of input
         try:
             self._process.wait(timeout_s)
         except subprocess.TimeoutExpired:
             _log.warning("the OTLP export process did not finish in %.0f s; killed", timeout_s)
             self._process.kill()
             self._process.wait()
-        if self._process.stdout is not None:
-            self._process.stdout.close()
+        _close(self._process.stdout)
         if self.dropped:
             _log.warning("%d spans dropped before export", self.dropped)
 
@@ -217,10 +217,8 @@ class ExportProcess:
         self._waiting.clear()
         self._waiting_spans = 0
         self._batch = []
-        for stream in (self._process.stdin, self._process.stdout):
-            with contextlib.suppress(OSError):
-                if stream is not None:
-                    stream.close()
+        _close(self._process.stdin)
+        _close(self._process.stdout)
 
     def _gone(self, exc: Exception) -> None:
         with self._lock:
@@ -275,11 +273,11 @@ def _nonblocking_pipe(process: subprocess.Popen[bytes]) -> int:
     return fd
 
 
-def _close(process: subprocess.Popen[bytes]) -> None:
-    """Close the child's stdin (its end of input)."""
-    with contextlib.suppress(OSError):  # already gone with the child
-        if process.stdin is not None:
-            process.stdin.close()
+def _close(stream: IO[bytes] | None) -> None:
+    """Close one of the child's pipes (already broken if the child is gone)."""
+    if stream is not None:
+        with contextlib.suppress(OSError):
+            stream.close()
 
 
 def _spawn(protocol: str, endpoint: str | None) -> subprocess.Popen[bytes]:

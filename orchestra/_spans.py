@@ -62,14 +62,14 @@ class SpanSink(Protocol):
 class RecordingTracerProvider(trace.TracerProvider):
     """An OpenTelemetry ``TracerProvider`` whose spans are plain records sent to ``sink``.
 
-    ``force_flush`` returns True only if the sink says every span ended
-    before the call was exported; ``shutdown`` flushes, then stops the sink.
+    The resource the spans are exported with is the sink's. ``force_flush``
+    returns True only if the sink says every span ended before the call was
+    exported; ``shutdown`` stops the sink, which first sends what it holds.
     Both block: call them off the trio thread (see :func:`orchestra.flush_spans`).
     """
 
-    def __init__(self, *, sink: SpanSink, resource: Resource | None = None) -> None:
+    def __init__(self, *, sink: SpanSink) -> None:
         self.sink = sink
-        self.resource = resource if resource is not None else Resource.create({})
         self._stopped = False
 
     def get_tracer(

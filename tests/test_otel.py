@@ -136,7 +136,7 @@ def test_configure_otlp_follows_the_standard_variables(monkeypatch):
     spans = configure_otlp(endpoint="http://127.0.0.1:9")
     try:
         assert isinstance(spans, RecordingTracerProvider)
-        assert spans.resource.attributes["service.name"] == "from-env"
-        assert spans.resource.attributes["deployment.environment"] == "test"
+        assert spans.sink.resource.attributes["service.name"] == "from-env"
+        assert spans.sink.resource.attributes["deployment.environment"] == "test"
     finally:
         spans.shutdown(timeout_millis=5000)  # nothing was traced: nothing to send

@@ -19,14 +19,14 @@ class InMemorySpanSink:
     """
 
     def __init__(self, *, resource: Resource | None = None) -> None:
-        self._resource = resource if resource is not None else Resource.create({})
+        self.resource = resource if resource is not None else Resource.create({})
         self._records: list[Record] = []
 
     def add(self, record: Record) -> None:
         self._records.append(record)
 
     def get_finished_spans(self) -> tuple[ReadableSpan, ...]:
-        return tuple(to_readable(record, self._resource) for record in self._records)
+        return tuple(to_readable(record, self.resource) for record in self._records)
 
     def clear(self) -> None:
         self._records.clear()
