@@ -1,7 +1,10 @@
 # Shared by the start and stop scripts of otel/ (sourced, not run).
-# The caller sets NAME and PIDFILE and defines log MESSAGE and is_ours PID;
-# to start, also LOG and TIMEOUT, up (the server answers its health check)
-# and report.
+# The caller also sources _jaeger.sh or _phoenix.sh (NAME, PIDFILE, LOG and
+# is_ours PID); to start, it sets TIMEOUT and defines up (the server answers
+# its health check) and report.
+
+# Messages go to stderr, tagged with the script's name.
+log() { printf '[%s] %s\n' "$(basename "$0" .sh)" "$*" >&2; }
 
 # If our server already runs: wait until it answers, report and exit.
 # A pid file left by a process that is gone is removed.

@@ -9,31 +9,17 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-JAEGER_VERSION="${JAEGER_VERSION:-v1.76.0}"
-CACHE="${ORCHESTRA_CACHE:-$HOME/.cache/orchestra}"
-BIN="$CACHE/jaeger-$JAEGER_VERSION/jaeger"
-CONFIG="${JAEGER_CONFIG:-$HERE/jaeger-config.yaml}"
-LOG="$CACHE/jaeger.log"
-PIDFILE="$CACHE/jaeger.pid"
-TIMEOUT="${JAEGER_START_TIMEOUT:-60}"
-NAME=jaeger
+# shellcheck source=otel/_lib.sh
+. "$HERE/_lib.sh"
+# shellcheck source=otel/_jaeger.sh
+. "$HERE/_jaeger.sh"
 
+CONFIG="${JAEGER_CONFIG:-$HERE/jaeger-config.yaml}"
+TIMEOUT="${JAEGER_START_TIMEOUT:-60}"
 HEALTH_URL="http://127.0.0.1:${JAEGER_HEALTH_PORT:-13133}/status"
 QUERY_URL="http://127.0.0.1:${JAEGER_QUERY_HTTP_PORT:-16686}"
 
-# shellcheck source=otel/_lib.sh
-. "$HERE/_lib.sh"
-
-log() { printf '[start-jaeger] %s\n' "$*" >&2; }
-
 up() { curl -fsS --max-time 2 -o /dev/null "$HEALTH_URL" 2>/dev/null; }
-
-# Is PID alive and really our jaeger binary?
-is_ours() {
-    local pid="$1"
-    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
-    [ "$(readlink -f "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$BIN")" ]
-}
 
 report() {
     log "Jaeger is healthy (pid $(cat "$PIDFILE" 2>/dev/null || echo '?'), log $LOG)"

@@ -13,11 +13,13 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-CACHE="${ORCHESTRA_CACHE:-$HOME/.cache/orchestra}"
+# shellcheck source=otel/_lib.sh
+. "$HERE/_lib.sh"
+# shellcheck source=otel/_phoenix.sh
+. "$HERE/_phoenix.sh"
+
 VENV="$CACHE/phoenix-venv"
 WORKDIR="$CACHE/phoenix"
-LOG="$CACHE/phoenix.log"
-PIDFILE="$CACHE/phoenix.pid"
 PIP_SPEC="${PHOENIX_PIP_SPEC:-arize-phoenix==20.26.1}"
 PY="${PHOENIX_PYTHON:-python3}"
 TIMEOUT="${PHOENIX_START_TIMEOUT:-120}"
@@ -25,20 +27,8 @@ HOST=127.0.0.1
 PORT="${PHOENIX_PORT:-6006}"
 GRPC_PORT="${PHOENIX_GRPC_PORT:-4319}"
 BASE_URL="http://$HOST:$PORT"
-NAME=phoenix
-
-# shellcheck source=otel/_lib.sh
-. "$HERE/_lib.sh"
-
-log() { printf '[start-phoenix] %s\n' "$*" >&2; }
 
 up() { curl -fsS --max-time 2 -o /dev/null "$BASE_URL/healthz" 2>/dev/null; }
-
-is_ours() {
-    local pid="$1"
-    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "phoenix_serve.py"
-}
 
 report() {
     log "Phoenix is up (pid $(cat "$PIDFILE" 2>/dev/null || echo '?'), log $LOG, data $WORKDIR)"
