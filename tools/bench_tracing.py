@@ -173,8 +173,7 @@ def main() -> None:
 
 
 def report(args: argparse.Namespace, runs: int, off: list[float], on: list[float]) -> None:
-    pairs = [(off[i], on[i]) for i in range(len(on))]
-    ratios = [b / a for a, b in pairs]
+    ratios = [b / a for a, b in zip(off, on, strict=True)]  # adjacent rounds
     pipeline = "sdk BatchSpanProcessor" if args.sdk else "orchestra (records, export process)"
     print(
         json.dumps(
