@@ -12,6 +12,7 @@ from ._events import Event, EventSink, JsonlSink, fanout
 from ._exceptions import (
     ConfigError,
     LeaseError,
+    LeaseLost,
     OrchestraError,
     PermanentToolError,
     ProviderError,
@@ -57,6 +58,7 @@ __all__ = [
     "InterruptionKind",
     "JsonlSink",
     "LeaseError",
+    "LeaseLost",
     "LimitRaise",
     "Limits",
     "Margin",

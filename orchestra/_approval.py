@@ -1,4 +1,5 @@
-"""Human decisions on a waiting call: approve it or reject it, in the store.
+"""Human decisions taken in the store: approve or reject a waiting call, stop
+a tree that no process runs.
 
 A run waiting for a human is ``interrupted`` with an ``approval`` (or
 ``unknown_outcome``) interruption naming the call, its exact arguments and the
@@ -7,15 +8,20 @@ Deciding writes into that run's saved state; :meth:`Runner.resume` of the
 root then continues on the ordinary path: an approved call runs (only with
 the arguments that were approved), a rejected one gets a tool result in
 words, never an empty one.
+
+A cancel asked of a tree whose process died (``orchestra cancel``) cannot be
+applied by anyone: :func:`cancel_unowned` takes the tree's lease and records
+the stop itself, so no request is left armed to stop a later resume.
 """
 
 from __future__ import annotations
 
 from ._exceptions import StateError
-from ._state import Approval, Interruption, Status
+from ._sqlite import SQLiteStore
+from ._state import Approval, Interruption, InterruptionKind, RunState, Status
 from ._store import Store
 
-__all__ = ["approve", "reject", "waiting_call"]
+__all__ = ["approve", "cancel_unowned", "reject", "waiting_call"]
 
 
 def waiting_call(store: Store, run_id: str, call_id: str | None = None) -> Interruption:
@@ -57,3 +63,45 @@ def reject(store: Store, run_id: str, call_id: str | None = None, reason: str = 
     holder.approvals = [a for a in holder.approvals if a.call_id != waiting.call_id]
     store.save(holder)
     return waiting
+
+
+def cancel_unowned(store: SQLiteStore, run_id: str, reason: str, owner: str) -> list[str]:
+    """Stop ``run_id`` and its running descendants in the store, as ``owner``.
+
+    For a tree no live process holds (its process died): every run of the
+    subtree still ``running`` becomes ``interrupted`` (cancelled, ``reason``),
+    keeping its spend, and can be resumed later. The tree's lease is held
+    while doing so, so a process that wakes up cannot save over it.
+
+    Returns the ids of the runs stopped.
+
+    Raises:
+        LeaseError: a process holds the tree after all.
+    """
+    root_id = store.load(run_id).root_id
+    store.acquire_lease(root_id, owner)
+    try:
+        stopped = [s for s in _subtree(store.tree(root_id), run_id) if not s.status.terminal]
+        for state in stopped:
+            _stop(state, reason)
+            store.save(state, owner=owner)
+        store.clear_cancels(root_id)
+    finally:
+        store.release_lease(root_id, owner)
+    return [s.run_id for s in stopped]
+
+
+def _subtree(states: list[RunState], run_id: str) -> list[RunState]:
+    inside, found = {run_id}, True
+    while found:
+        found = False
+        for state in states:
+            if state.parent_id in inside and state.run_id not in inside:
+                inside.add(state.run_id)
+                found = True
+    return [s for s in states if s.run_id in inside]
+
+
+def _stop(state: RunState, reason: str) -> None:
+    state.status, state.reason = Status.INTERRUPTED, reason
+    state.interruption = Interruption(kind=InterruptionKind.CANCELLED, reason=reason)

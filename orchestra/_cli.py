@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import socket
 import sys
 import tempfile
 import time
@@ -390,14 +392,20 @@ def cancel(run_id: str, reason: str, wait_s: float, store_path: str | None, as_j
     """Cancel a run tree that is running in another process."""
     store = _store(store_path)
     target = store.resolve(run_id)
-    if store.load(target).status is not Status.RUNNING:
-        raise click.ClickException(f"run {target} is not running")
+    state = store.load(target)
+    if state.status is not Status.RUNNING:
+        raise click.ClickException(f"run {target} is not running ({state.status.value})")
     asked = time.monotonic()
+    if store.lease_holder(state.root_id) is None:
+        _cancel_unowned(store, state, reason, as_json, store_path)
+        return
     store.request_cancel(target, reason)
     while store.load(target).status is Status.RUNNING:
         if time.monotonic() - asked > wait_s:
+            store.clear_cancel(target)
             raise click.ClickException(
-                f"no process stopped run {target} within {wait_s:g} s; is it still alive?"
+                f"no process stopped run {target} within {wait_s:g} s; the request was "
+                "withdrawn (try again, or stop the process)"
             )
         time.sleep(0.005)
     ms = (time.monotonic() - asked) * 1000
@@ -413,6 +421,23 @@ def cancel(run_id: str, reason: str, wait_s: float, store_path: str | None, as_j
         if as_json
         else f"{target} {state.status.value} ({state.reason}) {ms:.0f} ms after the request"
     )
+
+
+def _cancel_unowned(
+    store: SQLiteStore, state: RunState, reason: str, as_json: bool, store_path: str | None
+) -> None:
+    """Stop a run whose process died: recorded in the store, nothing left armed."""
+    from ._approval import cancel_unowned
+
+    owner = f"pid {os.getpid()} on {socket.gethostname()}"
+    stopped = cancel_unowned(store, state.run_id, reason, owner)
+    note = "no process was running it (its process had stopped)"
+    if as_json:
+        out = {"run_id": state.run_id, "status": "interrupted", "reason": reason}
+        click.echo(json.dumps({**out, "stopped": stopped, "note": note}))
+        return
+    click.echo(f"{state.run_id} interrupted ({reason}): {note}; {len(stopped)} run(s) stopped")
+    click.echo(f"next: orchestra resume {state.root_id}{_store_flag(store_path)}")
 
 
 @main.command()

@@ -22,7 +22,10 @@ from ._run import ChildWaiting, Exit, LiveRun
 from ._state import Interruption, InterruptionKind, RunState, Status, Usage
 from ._tools import Tool, ToolContext, ToolInputError
 
-__all__ = ["dispatch", "flush_results", "pending_calls"]
+__all__ = ["MAX_CALLS_PER_REPLY", "dispatch", "flush_results", "idempotency_key", "pending_calls"]
+
+MAX_CALLS_PER_REPLY = 128
+"""Tool calls considered from one reply; the rest are answered with a refusal in words."""
 
 
 @attrs.frozen(kw_only=True)
@@ -68,10 +71,12 @@ def flush_results(run: LiveRun) -> None:
     run.checkpoint()
 
 
-def record_result(run: LiveRun, call_id: str, text: str) -> None:
-    """Keep one call's result (saved at once; it joins the transcript with its siblings)."""
+def record_result(run: LiveRun, call_id: str, text: str, *, save: bool = True) -> None:
+    """Keep one call's result (saved at once unless ``save`` is False; it joins the
+    transcript with its siblings)."""
     run.state.results[call_id] = text
-    run.checkpoint()
+    if save:
+        run.checkpoint()
 
 
 # -- deciding what each call gets ---------------------------------------------
@@ -181,15 +186,7 @@ async def dispatch(run: LiveRun, calls: list[dict[str, Any]]) -> None:
 
     Cancellation: a checkpoint. Results recorded before a cancel are kept.
     """
-    cache = _earlier_results(run) if run.agent.policy.dedupe else {}
-    ready: list[Call] = []
-    for raw in calls:
-        checked = _check(run, raw)
-        text = checked if isinstance(checked, str) else _deduped(cache, checked)
-        if text is not None:
-            _decided(run, str(raw.get("function", {}).get("name")), raw["id"], text)
-        elif isinstance(checked, Call):
-            ready.append(checked)
+    ready = _decide_first(run, calls)
     free = [c for c in ready if c.tool.read_only and gate(run, c) is None]
     await _run_concurrently(run, free)
     for call in (c for c in ready if c not in free):
@@ -197,11 +194,41 @@ async def dispatch(run: LiveRun, calls: list[dict[str, Any]]) -> None:
             return
 
 
-def _decided(run: LiveRun, tool: str, call_id: str, text: str) -> None:
+def _decide_first(run: LiveRun, calls: list[dict[str, Any]]) -> list[Call]:
+    """Answer in words every call the code decides alone (one save for all of
+    them); the calls that may run, in the model's order."""
+    cache = _earlier_results(run) if run.agent.policy.dedupe else {}
+    ready: list[Call] = []
+    decided = 0
+    for index, raw in enumerate(calls):
+        checked = _over_cap(run, index) or _check(run, raw)
+        text = checked if isinstance(checked, str) else _deduped(cache, checked)
+        if text is not None:
+            _decided(run, str((raw.get("function") or {}).get("name")), raw["id"], text, save=False)
+            decided += 1
+        elif isinstance(checked, Call):
+            ready.append(checked)
+    if decided:
+        run.checkpoint()
+    return ready
+
+
+def _over_cap(run: LiveRun, index: int) -> str | None:
+    """The refusal of a call past :data:`MAX_CALLS_PER_REPLY` in its reply."""
+    if index < MAX_CALLS_PER_REPLY:
+        return None
+    return (
+        f"Error: this reply asked for more than {MAX_CALLS_PER_REPLY} tool calls; only the "
+        f"first {MAX_CALLS_PER_REPLY} were considered and this one (number {index + 1}) was "
+        "not run. Ask again for what you still need."
+    )
+
+
+def _decided(run: LiveRun, tool: str, call_id: str, text: str, *, save: bool = True) -> None:
     run.emit(
         "tool_result", tool=tool, call_id=call_id, ms=0.0, ok=False, decided=True, result=text[:200]
     )
-    record_result(run, call_id, text)
+    record_result(run, call_id, text, save=save)
 
 
 async def _run_concurrently(run: LiveRun, calls: list[Call]) -> None:
@@ -257,16 +284,42 @@ def _context(run: LiveRun, call: Call, started: float) -> ToolContext:
         run_id=run.state.run_id,
         call_id=call.id,
         tool=call.tool.name,
-        idempotency_key=f"{run.state.run_id}:{call.id}",
+        idempotency_key=idempotency_key(run, call.id),
         progress=progress,
         spawn=spawn,
     )
 
 
-async def run_call(run: LiveRun, call: Call) -> None:
-    """Run one tool call and record its result (or the run's failure)."""
+def idempotency_key(run: LiveRun, call_id: str) -> str:
+    """A key for one logical call that no crash or resume changes.
+
+    Made of the tree's root run id and the call path from the root down to
+    this call (each level's call id), never of a run id minted later.
+    """
+    path = [node.state.parent_call_id or "" for node in run.lineage()][-2::-1]
+    return "/".join([run.state.root_id, *path, call_id])
+
+
+def _mark_started(run: LiveRun, call: Call) -> None:
+    """Save that ``call`` starts, before it runs (a write left without result is
+    then *in doubt*). An approval of a write is spent here: it covers this one
+    attempt, so a crash during it asks a human again. Reads need no marker."""
+    if call.tool.read_only:
+        return
     run.state.started.append(call.id)
+    if not call.tool.idempotent:
+        run.state.approvals = [a for a in run.state.approvals if a.call_id != call.id]
     run.checkpoint()
+
+
+async def run_call(run: LiveRun, call: Call) -> None:
+    """Run one tool call and record its result (or the run's failure).
+
+    Raises:
+        LeaseLost: the started marker of a write could not be saved: the
+            write did not start.
+    """
+    _mark_started(run, call)
     run.emit("tool_start", tool=call.tool.name, call_id=call.id, args=call.arguments)
     started = trio.current_time()
     exit_: Exit | None = None

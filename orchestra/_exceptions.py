@@ -15,6 +15,7 @@ for misuse and for failures of the things around a run::
     │   ├── SchemaVersionError   saved by an unknown schema version
     │   └── RunNotFound          no run with that id in the store
     ├── LeaseError               another process owns the run
+    │   └── LeaseLost            this process's lease was taken over: it stopped saving
     └── TokenizerError           the o200k_base data is missing or corrupt
 
 Third-party errors (httpx, sqlite3, json) are translated into these at the
@@ -26,6 +27,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "LeaseError",
+    "LeaseLost",
     "OrchestraError",
     "PermanentToolError",
     "ProviderError",
@@ -92,6 +94,16 @@ class RunNotFound(StateError, LookupError):
 
 class LeaseError(OrchestraError):
     """Another process currently owns (is running) this run."""
+
+
+class LeaseLost(LeaseError):
+    """This process no longer holds the lease on a run tree it was running.
+
+    It stalled past its lease (a stopped process, a blocking tool) and another
+    process took the tree over. Every save and every write's start is checked
+    against the lease in the same transaction, so the process stops before
+    its next effect and saves nothing over the new holder's state.
+    """
 
 
 class TokenizerError(OrchestraError):

@@ -19,7 +19,7 @@ import trio
 
 from ._agent import Agent
 from ._budget import carve
-from ._exceptions import ConfigError, StateError
+from ._exceptions import ConfigError, RunNotFound, StateError
 from ._loop import drive
 from ._result import RunResult, stop_sentence
 from ._run import ChildWaiting, Exit, LiveRun
@@ -92,9 +92,15 @@ def load_live(runner: Runner, run_id: str, agent: Agent, parent: LiveRun | None)
 
 
 def _tree_usage(runner: Runner, state: RunState) -> Usage:
+    """Own usage of ``state`` and of every saved descendant (a child bound but
+    never saved, because the process died in between, has spent nothing)."""
     total = state.own
     for child_id in state.children.values():
-        total = total + _tree_usage(runner, runner.store.load(child_id))
+        try:
+            child = runner.store.load(child_id)
+        except RunNotFound:
+            continue
+        total = total + _tree_usage(runner, child)
     return total
 
 
@@ -114,32 +120,55 @@ async def spawn_child(
 ) -> str:
     """Run ``agent`` as a child of ``parent`` for call ``call_id``; its answer as text.
 
-    If this call already has a child (the parent was resumed), that child is
-    resumed if it was still going or interrupted, and otherwise its saved
-    outcome is returned: a child is never run twice for one call.
+    The binding (call id → child run id) is saved with the parent *before* the
+    child's first step. So if this call already has a child (the parent was
+    resumed, maybe after a crash), that child is re-attached: resumed if it
+    was still going or interrupted, and otherwise its saved outcome is
+    returned. A call never gets a second child, and the child keeps its id,
+    its spend and its idempotency keys.
     """
-    existing = parent.state.children.get(call_id)
-    if existing is not None:
-        child = load_live(runner, existing, agent, parent)
-        parent.children.append(child)
-        if child.state.status in (Status.RUNNING, Status.INTERRUPTED):
-            reopen(child, None, "")
-            await execute(child)
-        return _answer(child)
-    carved = carve(parent, limits or agent.limits, runner.now())
-    if isinstance(carved, str):
-        return f"{agent.name} was not started: {carved}."
-    child = LiveRun(
-        state=new_state(agent, task, carved, parent, call_id),
-        agent=agent,
-        runner=runner,
-        parent=parent,
-    )
+    if call_id in parent.state.children:
+        child = _reattach(runner, parent, call_id, agent, task, limits)
+    else:
+        carved = carve(parent, limits or agent.limits, runner.now())
+        if isinstance(carved, str):
+            return f"{agent.name} was not started: {carved}."
+        child = _bind(parent, new_state(agent, task, carved, parent, call_id), agent)
     parent.children.append(child)
-    parent.state.children[call_id] = child.state.run_id
-    parent.charge(Usage(child_runs=1))
-    await execute(child)
+    if child.state.status in (Status.RUNNING, Status.INTERRUPTED):
+        reopen(child, None, "")
+        await execute(child)
     return _answer(child)
+
+
+def _bind(parent: LiveRun, state: RunState, agent: Agent) -> LiveRun:
+    """A new child of ``parent``, bound to its call durably before it starts."""
+    assert state.parent_call_id is not None
+    parent.state.children[state.parent_call_id] = state.run_id
+    parent.charge(Usage(child_runs=1))
+    parent.checkpoint()
+    return LiveRun(state=state, agent=agent, runner=parent.runner, parent=parent)
+
+
+def _reattach(
+    runner: Runner,
+    parent: LiveRun,
+    call_id: str,
+    agent: Agent,
+    task: str,
+    limits: Limits | None,
+) -> LiveRun:
+    """The child already bound to ``call_id``; created under its bound id if the
+    process died between saving the binding and the child's first save."""
+    child_id = parent.state.children[call_id]
+    try:
+        return load_live(runner, child_id, agent, parent)
+    except RunNotFound:
+        pass
+    carved = carve(parent, limits or agent.limits, runner.now())
+    carved = carved if isinstance(carved, Limits) else Limits(max_turns=0, max_budget_usd=0.0)
+    state = new_state(agent, task, carved, parent, call_id, child_id)
+    return LiveRun(state=state, agent=agent, runner=runner, parent=parent)
 
 
 def _answer(child: LiveRun) -> str:
@@ -181,6 +210,8 @@ async def execute(run: LiveRun) -> None:
     started = trio.current_time()
     try:
         with trio.CancelScope(deadline=run.deadline) as run.scope:
+            if run.cancel_reason is not None:  # cancelled before it started
+                run.scope.cancel()
             await drive(run)
     except Exception as exc:  # a bug or a broken dependency: the run fails, as data
         run.finish(_internal_error(exc))

@@ -18,7 +18,7 @@ from ._exceptions import ProviderError
 from ._money import to_usd
 from ._provider import ChatReply, ChatRequest
 from ._run import Exit, LiveRun
-from ._state import Status, Usage
+from ._state import RunState, Status, Usage
 
 __all__ = ["drive"]
 
@@ -79,7 +79,7 @@ async def _call(
 def record_reply(run: LiveRun, reply: ChatReply, usage: Usage, grant: Grant) -> None:
     """Append the reply, emit ``turn``, save; end the run if it is an answer."""
     state = run.state
-    state.messages.append(reply.message)
+    state.messages.append(unique_call_ids(state, reply.message))
     run.emit("turn", turn=state.turns, **_turn_fields(run, reply, usage))
     run.checkpoint()
     if reply.tool_calls:
@@ -93,6 +93,38 @@ def record_reply(run: LiveRun, reply: ChatReply, usage: Usage, grant: Grant) -> 
         )
     else:
         run.finish(Exit(status=Status.COMPLETED, reason=_completion_reason(reply)))
+
+
+def unique_call_ids(state: RunState, message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` with every tool call id unique within the whole run.
+
+    Providers may omit ids or repeat them across turns (small local models
+    do); approvals, rejections, results and idempotency keys are keyed by
+    call id, so a repeated id would let one call's decision answer another.
+    A missing or already used id becomes ``call_t{turn}_{index}`` (made unique
+    if even that is taken). The reply is saved with these ids before any tool
+    runs, so they never change afterwards.
+    """
+    calls = message.get("tool_calls")
+    if not calls:
+        return message
+    used = {c.get("id") for m in state.messages for c in m.get("tool_calls") or ()}
+    renamed = []
+    for index, call in enumerate(calls):
+        call_id = call.get("id")
+        if not call_id or call_id in used:
+            call_id = _fresh_id(f"call_t{state.turns}_{index}", used)
+            call = {**call, "id": call_id}
+        used.add(call_id)
+        renamed.append(call)
+    return {**message, "tool_calls": renamed}
+
+
+def _fresh_id(base: str, used: set[Any]) -> str:
+    candidate, n = base, 1
+    while candidate in used:
+        candidate, n = f"{base}_{n}", n + 1
+    return candidate
 
 
 def _completion_reason(reply: ChatReply) -> str:

@@ -8,6 +8,7 @@ cancel scope and its message counter. Everything worth keeping is in
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ import trio
 
 from ._agent import Agent
 from ._events import Event
+from ._exceptions import LeaseLost
 from ._money import to_usd
 from ._state import Interruption, RunState, Status, Usage
 from ._tokens import MessageCounter
@@ -130,14 +132,29 @@ class LiveRun:
             ),
         )
 
+    def request_cancel(self, reason: str) -> None:
+        """Cancel this run and its subtree (at once, or as soon as its scope exists)."""
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+        if self.scope is not None:
+            self.scope.cancel()
+
     def checkpoint(self) -> None:
-        """Save the state now (synchronous: a cancel cannot tear it)."""
+        """Save the state now (synchronous: a cancel cannot tear it).
+
+        Raises:
+            LeaseLost: this process no longer holds the tree (nothing was saved).
+        """
         self.state.updated_at = time.time()
-        self.runner.store.save(self.state, self.events)
+        self.runner.save(self.state, self.events)
         self.events.clear()
 
     def finish(self, exit_: Exit) -> None:
-        """Record the run's one exit, emit ``run_stopped`` and save."""
+        """Record the run's one exit, emit ``run_stopped`` and save.
+
+        If this process lost the tree's lease, the exit is recorded in memory
+        only: the new holder's saved state is never overwritten.
+        """
         s = self.state
         s.status, s.reason, s.error, s.interruption = (
             exit_.status,
@@ -154,4 +171,6 @@ class LiveRun:
             tree_cost_usd=to_usd(s.tree.cost_pico),
             interruption=s.interruption.to_dict() if s.interruption else None,
         )
-        self.checkpoint()
+        if not self.runner.lost_lease(s.root_id):
+            with contextlib.suppress(LeaseLost):  # the runner has noted it and cancels the tree
+                self.checkpoint()

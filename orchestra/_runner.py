@@ -7,6 +7,13 @@ aimed at a child alone stops that child; its parent gets a tool result saying
 so and continues. With a store that takes cancel requests (the SQLite store),
 another process can ask for the same (``orchestra cancel``); a watcher polls
 for such requests every ``poll_interval`` seconds.
+
+Leases: with a store that keeps leases, a root run is executed only while
+this runner holds its tree's lease (renewed by the watcher). Every save is
+fenced by that lease (see :meth:`Runner.save`): if the process stalls past its
+lease and another takes the tree over, this runner stops the tree before its
+next effect, saves nothing more, and :meth:`Runner.run` raises
+:class:`LeaseLost`.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -23,14 +30,15 @@ import trio
 from ._agent import Agent
 from ._approval import approve, reject
 from ._budget import Margin
+from ._cancelled import cancelled_unwrapped
 from ._events import Event, EventSink
-from ._exceptions import StateError
+from ._exceptions import LeaseError, LeaseLost, StateError
 from ._execute import execute, load_live, new_state, reopen, result_of, spawn_child
 from ._money import PriceTable
 from ._provider import Provider
 from ._result import RunResult
 from ._run import LiveRun
-from ._state import Interruption, Limits
+from ._state import Interruption, Limits, RunState
 from ._store import MemoryStore, Store
 
 __all__ = ["RunHandle", "Runner"]
@@ -43,17 +51,19 @@ class RunHandle:
     """A root run started with :meth:`Runner.start`."""
 
     run_id: str
-    _runner: Runner = attrs.field(alias="runner")
+    _live: LiveRun = attrs.field(alias="live")
     _done: trio.Event = attrs.Factory(trio.Event)
     _result: RunResult | None = None
 
     def cancel(self, reason: str = "cancelled") -> None:
         """Stop the run and its whole subtree; each ends ``interrupted`` with ``reason``.
 
-        Not a checkpoint; returns at once. :meth:`wait` returns once every run
-        in the tree has recorded its exit.
+        Not a checkpoint; returns at once. Works from the moment the handle
+        exists: a run cancelled before its first step stops at that step.
+        :meth:`wait` returns once every run in the tree has recorded its exit.
         """
-        self._runner.cancel(self.run_id, reason)
+        if not self.done:
+            self._live.request_cancel(reason)
 
     @property
     def done(self) -> bool:
@@ -78,6 +88,8 @@ class Runner:
         sink: receives every event (e.g. a :class:`JsonlSink`).
         prompt_margin: slack on our prompt count when reserving budget.
         poll_interval: how often a root run checks the store for cancel requests.
+        lease_ttl: seconds a tree's lease lasts unless renewed (the watcher renews
+            it every third of that).
         tracer: sees every event with its live run first (e.g. an :class:`OTelTracer`).
     """
 
@@ -87,8 +99,10 @@ class Runner:
     sink: EventSink | None = None
     prompt_margin: Margin = Margin()
     poll_interval: float = 0.05
+    lease_ttl: float = LEASE_TTL
     tracer: Callable[[LiveRun, Event], None] | None = None
     _live: dict[str, LiveRun] = attrs.field(factory=dict, init=False)
+    _lost: dict[str, str] = attrs.field(factory=dict, init=False)
     _clock_origin: tuple[float, float] | None = attrs.field(default=None, init=False)
     owner: str = attrs.field(factory=lambda: f"pid {os.getpid()} on {socket.gethostname()}")
 
@@ -107,6 +121,37 @@ class Runner:
             self.sink(event)
         run.events.append(event.to_dict())
 
+    def save(self, state: RunState, events: Sequence[dict[str, Any]] = ()) -> None:
+        """Save ``state`` fenced by this runner's lease on its tree.
+
+        Raises:
+            LeaseLost: the lease was taken over (now or earlier): nothing was
+                saved, and the tree is being cancelled in this process.
+        """
+        lost = self._lost.get(state.root_id)
+        if lost is not None:
+            raise LeaseLost(lost)
+        try:
+            if self._leases:
+                self.store.save(state, events, owner=self.owner)
+            else:
+                self.store.save(state, events)
+        except LeaseLost as exc:
+            self._lose(state.root_id, str(exc))
+            raise
+
+    def lost_lease(self, root_id: str) -> bool:
+        """Whether this runner lost the lease on tree ``root_id`` (it must not save)."""
+        return root_id in self._lost
+
+    def _lose(self, root_id: str, why: str) -> None:
+        self._lost.setdefault(root_id, why)
+        self.cancel(root_id, "this process lost the lease on the run tree")
+
+    @property
+    def _leases(self) -> bool:
+        return hasattr(self.store, "acquire_lease")
+
     # -- the live tree ----------------------------------------------------------
 
     def register(self, run: LiveRun) -> None:
@@ -123,10 +168,9 @@ class Runner:
         Returns False if no such run is executing here. Not a checkpoint.
         """
         run = self._live.get(run_id)
-        if run is None or run.scope is None:
+        if run is None:
             return False
-        run.cancel_reason = reason
-        run.scope.cancel()
+        run.request_cancel(reason)
         return True
 
     # -- starting runs --------------------------------------------------------
@@ -148,7 +192,8 @@ class Runner:
         """
         limits = (limits or agent.limits).anchored(self.now())
         state = new_state(agent, task, limits, run_id=run_id, metadata=metadata)
-        return await self._root(LiveRun(state=state, agent=agent, runner=self))
+        with cancelled_unwrapped():
+            return await self._root(LiveRun(state=state, agent=agent, runner=self))
 
     async def start(
         self,
@@ -167,8 +212,8 @@ class Runner:
         """
         limits = (limits or agent.limits).anchored(self.now())
         state = new_state(agent, task, limits, run_id=run_id, metadata=metadata)
-        handle = RunHandle(run_id=state.run_id, runner=self)
         live = LiveRun(state=state, agent=agent, runner=self)
+        handle = RunHandle(run_id=state.run_id, live=live)
         nursery.start_soon(self._run_for, handle, live)
         return handle
 
@@ -189,16 +234,22 @@ class Runner:
         ``state.limit_raises``. Pending tool calls run first, on the same path
         as in a fresh run; saved model replies are never requested again.
 
+        Every unfinished run of the tree is resumed on the way, whichever
+        process left it: a pending call that spawned a child re-attaches to
+        that child (never a second child for one call).
+
         Raises:
             RunNotFound: no such run in the store.
             StateError: the run is a child run, or its status cannot be resumed.
             LeaseError: another process is running it.
+            LeaseLost: this process lost the lease while running it.
         """
         live = load_live(self, run_id, agent, None)
         if live.state.parent_id is not None:
             raise StateError(f"run {run_id} is a child run; resume its root {live.state.root_id}")
         reopen(live, limits, note)
-        return await self._root(live)
+        with cancelled_unwrapped():
+            return await self._root(live)
 
     def approve(self, run_id: str, call_id: str | None = None) -> Interruption:
         """Approve the call run ``run_id``'s tree waits on; then :meth:`resume` it."""
@@ -222,7 +273,9 @@ class Runner:
 
     async def _root(self, live: LiveRun) -> RunResult:
         root_id = live.state.run_id
-        self._lease("acquire_lease", root_id, ttl=LEASE_TTL)
+        self._lost.pop(root_id, None)
+        self._lease("acquire_lease", root_id, ttl=self.lease_ttl)
+        self._store_call("clear_cancels", root_id)  # requests nobody applied are stale
         try:
             async with trio.open_nursery() as nursery:
                 if hasattr(self.store, "pending_cancels"):
@@ -230,22 +283,41 @@ class Runner:
                 await execute(live)
                 nursery.cancel_scope.cancel()
         finally:
-            self._lease("release_lease", root_id)
+            self._let_go(root_id)
+        if root_id in self._lost:
+            raise LeaseLost(self._lost.pop(root_id))
         return result_of(live)
 
+    def _let_go(self, root_id: str) -> None:
+        """Release the tree: its lease (if still ours) and cancel requests nobody applied."""
+        if root_id not in self._lost:
+            self._store_call("clear_cancels", root_id)
+        self._lease("release_lease", root_id)
+
     def _lease(self, method: str, root_id: str, **kwargs: Any) -> None:
+        self._store_call(method, root_id, self.owner, **kwargs)
+
+    def _store_call(self, method: str, *args: Any, **kwargs: Any) -> None:
         call = getattr(self.store, method, None)
         if call is not None:
-            call(root_id, self.owner, **kwargs)
+            call(*args, **kwargs)
 
     async def _watch(self, root_id: str) -> None:
-        """Apply cancel requests other processes leave in the store; keep the lease."""
-        renew_at = trio.current_time() + LEASE_TTL / 3
+        """Apply cancel requests other processes leave in the store; keep the lease.
+
+        If the lease cannot be renewed (another process took the tree over
+        while this one stalled), the tree is cancelled here and saves nothing.
+        """
+        renew_at = trio.current_time() + self.lease_ttl / 3
         while True:
             await trio.sleep(self.poll_interval)
             for run_id, reason in self.store.pending_cancels(root_id).items():  # type: ignore[attr-defined]
-                self.store.clear_cancel(run_id)  # type: ignore[attr-defined]
-                self.cancel(run_id, reason)
+                if self.cancel(run_id, reason):
+                    self.store.clear_cancel(run_id)  # type: ignore[attr-defined]
             if trio.current_time() >= renew_at:
-                self._lease("renew_lease", root_id, ttl=LEASE_TTL)
-                renew_at = trio.current_time() + LEASE_TTL / 3
+                try:
+                    self._lease("renew_lease", root_id, ttl=self.lease_ttl)
+                except LeaseError as exc:
+                    self._lose(root_id, str(exc))
+                    return
+                renew_at = trio.current_time() + self.lease_ttl / 3

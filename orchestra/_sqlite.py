@@ -28,7 +28,7 @@ from typing import Any, Self
 
 import orjson
 
-from ._exceptions import ConfigError, LeaseError, RunNotFound, StateError
+from ._exceptions import ConfigError, LeaseError, LeaseLost, RunNotFound, StateError
 from ._serde import state_from_json, state_to_json
 from ._state import RunState
 
@@ -165,8 +165,19 @@ class SQLiteStore:
 
     # -- runs -------------------------------------------------------------
 
-    def save(self, state: RunState, events: Sequence[dict[str, Any]] = ()) -> None:
-        """Insert or replace the state of ``state.run_id`` and append ``events``, atomically."""
+    def save(
+        self, state: RunState, events: Sequence[dict[str, Any]] = (), *, owner: str | None = None
+    ) -> None:
+        """Insert or replace the state of ``state.run_id`` and append ``events``, atomically.
+
+        With ``owner``, the save is *fenced*: it happens only if ``owner`` holds
+        the lease on the run's tree (``state.root_id``), checked in the same
+        transaction. A process that stalled past its lease and lost the tree to
+        another one can therefore never save over the new holder's state.
+
+        Raises:
+            LeaseLost: ``owner`` was given and does not hold the lease.
+        """
         event_rows = [_event_row(event) for event in events]
         row = (
             state.run_id,
@@ -179,6 +190,8 @@ class SQLiteStore:
             state_to_json(state),
         )
         with self._write(f"save run {state.run_id!r}") as conn:
+            if owner is not None:
+                _check_fence(conn, state.root_id, owner)
             conn.execute(_UPSERT_RUN, row)
             if event_rows:
                 conn.executemany(_INSERT_EVENT, event_rows)
@@ -302,6 +315,16 @@ class SQLiteStore:
         with self._write(f"clear cancel of run {run_id!r}") as conn:
             conn.execute("DELETE FROM cancels WHERE run_id = ?", (run_id,))
 
+    def clear_cancels(self, root_id: str) -> None:
+        """Forget every cancel request of the tree ``root_id``.
+
+        Done when a process takes the tree and when it lets it go, so a request
+        that no process applied (its holder died, or the tree finished first)
+        never stops a later resume.
+        """
+        with self._write(f"clear cancel requests of {root_id!r}") as conn:
+            conn.execute("DELETE FROM cancels WHERE root_id = ?", (root_id,))
+
     # -- leases -----------------------------------------------------------
 
     def acquire_lease(
@@ -347,6 +370,19 @@ class SQLiteStore:
             conn.execute(
                 "UPDATE leases SET expires_at = ? WHERE root_id = ?", (expires_at, root_id)
             )
+
+    def lease_holder(self, root_id: str, now: float | None = None) -> str | None:
+        """Who runs the tree ``root_id`` now: the owner of an unexpired lease held by a
+        live process, or ``None`` (nobody: never run, finished, or its process died)."""
+        now = _now(now)
+        rows = self._read(
+            f"read the lease on {root_id!r}",
+            "SELECT owner, expires_at FROM leases WHERE root_id = ?",
+            root_id,
+        )
+        if not rows or rows[0][1] <= now or not _alive(rows[0][0]):
+            return None
+        return str(rows[0][0])
 
     def release_lease(self, root_id: str, owner: str) -> None:
         """Drop ``owner``'s lease on ``root_id``; another owner's lease is left alone."""
@@ -469,6 +505,22 @@ def _lease_of(conn: sqlite3.Connection, root_id: str) -> tuple[str, float] | Non
         "SELECT owner, expires_at FROM leases WHERE root_id = ?", (root_id,)
     ).fetchone()
     return None if row is None else (row[0], row[1])
+
+
+def _check_fence(conn: sqlite3.Connection, root_id: str, owner: str) -> None:
+    """Raise :class:`LeaseLost` unless ``owner`` holds the lease on ``root_id``.
+
+    An expired lease that nobody else took still counts as held: taking a
+    lease is itself a transaction on this row, so once another process has
+    taken it, this check fails.
+    """
+    held = _lease_of(conn, root_id)
+    if held is None or held[0] != owner:
+        holder = "nobody" if held is None else repr(held[0])
+        raise LeaseLost(
+            f"{owner!r} lost the lease on run tree {root_id!r} (now held by {holder}); "
+            "this process stopped without saving or starting anything more"
+        )
 
 
 def _describe(held: tuple[str, float], now: float) -> str:

@@ -20,8 +20,15 @@ __all__ = ["MemoryStore", "Store"]
 class Store(Protocol):
     """Persistence for run states and their events."""
 
-    def save(self, state: RunState, events: Sequence[dict[str, Any]] = ()) -> None:
-        """Replace the saved state of ``state.run_id`` and append ``events``, atomically."""
+    def save(
+        self, state: RunState, events: Sequence[dict[str, Any]] = (), *, owner: str | None = None
+    ) -> None:
+        """Replace the saved state of ``state.run_id`` and append ``events``, atomically.
+
+        A store that keeps leases saves only if ``owner`` (when given) holds the
+        lease on ``state.root_id``, checked in the same transaction, and raises
+        :class:`~orchestra.LeaseLost` otherwise.
+        """
         ...
 
     def load(self, run_id: str) -> RunState:
@@ -34,13 +41,15 @@ class Store(Protocol):
 
 
 class MemoryStore:
-    """A store in this process's memory (states are copied through JSON)."""
+    """A store in this process's memory (states are copied through JSON; no leases)."""
 
     def __init__(self) -> None:
         self._states: dict[str, str] = {}
         self._events: list[dict[str, Any]] = []
 
-    def save(self, state: RunState, events: Sequence[dict[str, Any]] = ()) -> None:
+    def save(
+        self, state: RunState, events: Sequence[dict[str, Any]] = (), *, owner: str | None = None
+    ) -> None:
         self._states[state.run_id] = state_to_json(state)
         self._events.extend(events)
 

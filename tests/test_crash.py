@@ -58,9 +58,9 @@ class KillingStore(SQLiteStore):
         super().__init__(path)
         self.points = points
 
-    def save(self, state: Any, events: Any = ()) -> None:
+    def save(self, state: Any, events: Any = (), **fence: Any) -> None:
         self.points.tick("before")
-        super().save(state, events)
+        super().save(state, events, **fence)
         self.points.tick("after")
 
 
@@ -214,8 +214,8 @@ def test_sigkill_at_every_step_then_resume(tmp_path: Path, idempotent: bool) -> 
 class KillAfterTurnTwo(SQLiteStore):
     """Dies right after saving the state that holds turn 2's tool result."""
 
-    def save(self, state: Any, events: Any = ()) -> None:
-        super().save(state, events)
+    def save(self, state: Any, events: Any = (), **fence: Any) -> None:
+        super().save(state, events, **fence)
         if len(state.messages) == 6 and state.messages[-1]["role"] == "tool":
             os.kill(os.getpid(), signal.SIGKILL)
 
