@@ -160,3 +160,42 @@ def test_store_location_comes_from_the_environment(private_store: Path) -> None:
     cli("demo", "plan")
     assert private_store.exists()
     assert os.environ["ORCHESTRA_STORE"] == str(private_store)
+
+
+def _killed_slow_tree(private_store: Path) -> tuple[SQLiteStore, str]:
+    """``demo slow_tree --children 3`` killed with SIGKILL while its children run."""
+    runner, store, root = _slow_tree_running(private_store)
+    runner.send_signal(signal.SIGKILL)
+    runner.communicate(timeout=30)
+    assert runner.returncode == -signal.SIGKILL
+    assert all(s.status is Status.RUNNING for s in store.tree(root))
+    return store, root
+
+
+def test_kill_9_during_a_fan_out_then_resume_completes_the_same_tree(private_store: Path) -> None:
+    store, root = _killed_slow_tree(private_store)
+    children = set(store.load(root).children.values())
+    assert len(children) == 3  # bound to their calls before they started
+    done = cli("resume", root)
+    assert done["status"] == "completed"
+    assert {c["run_id"] for c in done["children"]} == children  # re-attached, none new
+    listed = cli("runs", "--all")
+    assert not [r for r in listed if r["status"] == "running"]
+    tree = store.tree(root)
+    assert len(tree) == 4 and all(s.status is Status.COMPLETED for s in tree)
+    own = sum(s.own.cost_pico for s in tree)
+    assert store.load(root).tree.cost_pico == own
+    assert done["tree_cost_usd"] == round(own / 10**12, 9)
+
+
+def test_cancel_of_a_tree_whose_process_died_stops_it_and_leaves_nothing_armed(
+    private_store: Path,
+) -> None:
+    store, root = _killed_slow_tree(private_store)
+    told = cli("cancel", root, "--reason", "the box rebooted")
+    assert told["status"] == "interrupted" and len(told["stopped"]) == 4
+    assert "no process was running it" in told["note"]
+    assert all(s.status is Status.INTERRUPTED for s in store.tree(root))
+    assert store.pending_cancels(root) == {}
+    done = cli("resume", root)  # not stopped at once by a leftover request
+    assert done["status"] == "completed"
