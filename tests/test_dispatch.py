@@ -11,6 +11,7 @@ from orchestra import (
     ChatReply,
     ChatRequest,
     Limits,
+    MemoryStore,
     PermanentToolError,
     Runner,
     Status,
@@ -218,3 +219,36 @@ async def test_repeated_or_missing_call_ids_still_get_one_result_each():
     result = await run(Script(message, DONE))
     assert result.status is Status.COMPLETED
     assert tool_messages(result) == ["a", "b", "c"]
+
+
+class CountingStore(MemoryStore):
+    saves = 0
+
+    def save(self, state: Any, events: Any = (), **fence: Any) -> None:
+        self.saves += 1
+        super().save(state, events, **fence)
+
+
+async def test_a_reply_with_2000_calls_runs_at_most_the_cap_and_answers_the_rest_in_words():
+    from orchestra._dispatch import MAX_CALLS_PER_REPLY
+
+    ran: list[str] = []
+
+    @tool
+    def note(text: str) -> str:
+        """Note a text (a write)."""
+        ran.append(text)
+        return "noted"
+
+    store = CountingStore()
+    many = calls(*[("note", f'{{"text": "{i}"}}') for i in range(2000)])
+    agent = Agent(name="a", model="m", tools=(note,), limits=Limits(max_turns=3))
+    result = await Runner(provider=Script(many, DONE), store=store).run(agent, "go")
+    assert result.status is Status.COMPLETED
+    assert ran == [str(i) for i in range(MAX_CALLS_PER_REPLY)]
+    tool_messages = [m for m in result.state.messages if m["role"] == "tool"]
+    assert len(tool_messages) == 2000  # every call has exactly one result
+    refused = tool_messages[MAX_CALLS_PER_REPLY:]
+    assert all(f"more than {MAX_CALLS_PER_REPLY} tool calls" in m["content"] for m in refused)
+    # a write saves its start and its result; the refusals are saved together, once
+    assert store.saves <= 2 * MAX_CALLS_PER_REPLY + 10
