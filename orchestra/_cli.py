@@ -291,6 +291,11 @@ def resume(
 ) -> None:
     """Continue a stopped run (after an approval, a cancel, a crash or a raised limit)."""
     store, state = _loaded(store_path, run_id)
+    if state.parent_id is not None:
+        raise click.ClickException(
+            f"run {state.run_id} is a child run; resume its tree from the root: "
+            f"orchestra resume {state.root_id}{_store_flag(store_path)}"
+        )
     raised = None
     if (max_turns, max_budget, timeout) != (None, None, None):
         raised = Limits(
