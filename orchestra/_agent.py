@@ -9,7 +9,7 @@ import attrs
 
 from ._exceptions import ConfigError, PermanentToolError
 from ._state import Limits
-from ._tools import Tool, ToolContext
+from ._tools import DEFAULT_RESULT_BYTES, MIN_RESULT_BYTES, Tool, ToolContext
 
 __all__ = ["Agent", "ToolPolicy", "detailed_errors", "generic_errors"]
 
@@ -30,6 +30,14 @@ def generic_errors(tool_name: str, exc: BaseException) -> str:
 DEFAULT_REJECTION = "The user declined this call; nothing was done."
 
 
+def _result_limit(_policy: object, _attribute: object, value: int) -> None:
+    """A result bound must leave room for a useful result and its truncation note."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < MIN_RESULT_BYTES:
+        raise ConfigError(
+            f"max_result_bytes must be an integer >= {MIN_RESULT_BYTES}, got {value!r}"
+        )
+
+
 @attrs.frozen(kw_only=True)
 class ToolPolicy:
     """What the loop does around tool calls.
@@ -40,6 +48,8 @@ class ToolPolicy:
         dedupe: answer a read-only call identical to an earlier one from the transcript.
         permanent_errors: exception types the model cannot fix; the run stops ``failed``.
         rejection_text: the tool result of a rejected call given no reason.
+        max_result_bytes: the most UTF-8 bytes of a tool's result the model sees; a
+            longer result is cut, with a note giving its full size (at least 1024).
     """
 
     error_text: ErrorText = detailed_errors
@@ -47,6 +57,7 @@ class ToolPolicy:
     dedupe: bool = False
     permanent_errors: tuple[type[BaseException], ...] = (PermanentToolError, PermissionError)
     rejection_text: str = DEFAULT_REJECTION
+    max_result_bytes: int = attrs.field(default=DEFAULT_RESULT_BYTES, validator=_result_limit)
 
 
 def _tool_tuple(tools: Iterable[Tool]) -> tuple[Tool, ...]:

@@ -4,16 +4,20 @@
 ``scan_archive`` (slow, reports progress, stops at once when cancelled).
 Paths are resolved inside the sandbox; a path that escapes it is refused with
 :class:`PermanentToolError` (the model cannot fix that by retrying).
+
+``read_file`` reads at most ``max_read_bytes`` of a file, never the whole of a
+larger one: it shows the start and says, in words, how large the file is.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import trio
 
-from ._exceptions import PermanentToolError, ToolError
-from ._tools import Tool, ToolContext, tool
+from ._exceptions import ConfigError, PermanentToolError, ToolError
+from ._tools import MIN_RESULT_BYTES, NOTE_BYTES, Tool, ToolContext, tool, utf8_prefix
 
 __all__ = ["catalog"]
 
@@ -32,8 +36,38 @@ def _missing(name: str) -> ToolError:
     return ToolError(f"no such file: {name}. Call list_files to see what exists.")
 
 
-def catalog(directory: str | Path) -> tuple[Tool, ...]:
-    """The four catalog tools, bound to ``directory``."""
+def _decode(data: bytes) -> str:
+    """Bytes as text, as ``Path.read_text`` gives it (bad bytes replaced, newlines ``\\n``)."""
+    text = data.decode("utf-8", errors="replace")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _read_head(path: Path, limit: int) -> str:
+    """The file's text if it has at most ``limit`` bytes; else its start and a note.
+
+    Reads at most ``limit + 1`` bytes. For UTF-8 text, start and note together
+    fit in ``limit`` bytes (a character cut in two at the end is dropped), so
+    the result passes a tool result bound of the same size unchanged.
+    """
+    with path.open("rb") as f:
+        data = f.read(limit + 1)
+        size = max(os.fstat(f.fileno()).st_size, len(data))
+    if len(data) <= limit:
+        return _decode(data)
+    head = utf8_prefix(data, limit - NOTE_BYTES)
+    return (
+        f"{_decode(head)}\n[truncated: showing the first {len(head):,} bytes of {size:,}; "
+        f"the file is larger than the read limit of {limit:,} bytes]"
+    )
+
+
+def catalog(directory: str | Path, *, max_read_bytes: int = 64 * 1024) -> tuple[Tool, ...]:
+    """The four catalog tools, bound to ``directory``.
+
+    ``read_file`` returns at most ``max_read_bytes`` of a file (at least 1024).
+    """
+    if max_read_bytes < MIN_RESULT_BYTES:
+        raise ConfigError(f"max_read_bytes must be >= {MIN_RESULT_BYTES}, got {max_read_bytes}")
     root = Path(directory).resolve()
 
     @tool(read_only=True)
@@ -51,7 +85,7 @@ def catalog(directory: str | Path) -> tuple[Tool, ...]:
         target = _inside(root, path)
         if not target.is_file():
             raise _missing(path)
-        return target.read_text(encoding="utf-8", errors="replace")
+        return _read_head(target, max_read_bytes)
 
     @tool(needs_approval=True)
     def delete_file(path: str) -> str:

@@ -20,7 +20,7 @@ import trio
 
 from ._run import ChildWaiting, Exit, LiveRun
 from ._state import Interruption, InterruptionKind, RunState, Status, Usage
-from ._tools import Tool, ToolContext, ToolInputError
+from ._tools import Tool, ToolContext, ToolInputError, bound_result
 
 __all__ = ["MAX_CALLS_PER_REPLY", "dispatch", "flush_results", "idempotency_key", "pending_calls"]
 
@@ -285,6 +285,7 @@ def _context(run: LiveRun, call: Call, started: float) -> ToolContext:
         call_id=call.id,
         tool=call.tool.name,
         idempotency_key=idempotency_key(run, call.id),
+        max_result_bytes=run.agent.policy.max_result_bytes,
         progress=progress,
         spawn=spawn,
     )
@@ -341,7 +342,7 @@ async def run_call(run: LiveRun, call: Call) -> None:
 def _on_error(run: LiveRun, call: Call, exc: Exception) -> tuple[str, bool, Exit | None]:
     """The failed call's result text, and the run's exit if the policy makes it fatal."""
     policy = run.agent.policy
-    text = policy.error_text(call.tool.name, exc)
+    text = bound_result(policy.error_text(call.tool.name, exc), policy.max_result_bytes)
     if isinstance(exc, policy.permanent_errors):
         why = f"{call.tool.name} failed in a way retrying cannot fix: {exc}"
     elif policy.fatal_errors:

@@ -9,10 +9,15 @@ boundary.
 Cancellation: :meth:`Provider.complete` is a checkpoint. Cancelling it aborts
 the HTTP request in flight (the connection is closed); nothing is returned and
 nothing is charged for a reply that never arrived.
+
+A reply is data from outside: :func:`parse_reply` refuses one whose usage is
+not a plausible token count, or that is nested too deeply to decode, with
+:class:`ProviderReplyError` rather than letting it reach the books.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -23,6 +28,9 @@ import httpx
 from ._exceptions import ConfigError, ProviderHTTPError, ProviderReplyError
 
 __all__ = ["ChatReply", "ChatRequest", "OpenAIProvider", "Provider"]
+
+MAX_REPLY_TOKENS = 10_000_000
+"""The most prompt or completion tokens one reply may report."""
 
 
 @attrs.frozen(kw_only=True)
@@ -118,7 +126,7 @@ class OpenAIProvider:
 def _error_text(response: httpx.Response) -> str:
     try:
         return str(response.json()["error"]["message"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return response.text[:300]
 
 
@@ -126,7 +134,8 @@ def parse_reply(response: httpx.Response) -> ChatReply:
     """A chat-completions response body as a :class:`ChatReply`.
 
     Raises:
-        ProviderReplyError: the body is not a chat completion.
+        ProviderReplyError: the body is not a chat completion, or its usage is
+            not a whole number of tokens between 0 and ``MAX_REPLY_TOKENS``.
     """
     try:
         body = response.json()
@@ -135,12 +144,30 @@ def parse_reply(response: httpx.Response) -> ChatReply:
         reply = ChatReply(
             message=_clean_message(message),
             finish_reason=str(choice.get("finish_reason") or "stop"),
-            prompt_tokens=int(usage["prompt_tokens"]),
-            completion_tokens=int(usage["completion_tokens"]),
+            prompt_tokens=_token_count(usage, "prompt_tokens"),
+            completion_tokens=_token_count(usage, "completion_tokens"),
         )
+    except RecursionError:
+        raise ProviderReplyError("not a chat completion: the reply is nested too deeply") from None
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise ProviderReplyError(f"not a chat completion ({exc!r}): {response.text[:300]}") from exc
     return reply
+
+
+def _token_count(usage: Mapping[str, Any], field: str) -> int:
+    """``usage[field]``, which must be an integer from 0 to ``MAX_REPLY_TOKENS``."""
+    value = usage[field]
+    if type(value) is not int or not 0 <= value <= MAX_REPLY_TOKENS:
+        raise ProviderReplyError(
+            f"implausible usage.{field} in the reply: {_short_repr(value)} (expected an "
+            f"integer from 0 to {MAX_REPLY_TOKENS:,})"
+        )
+    return value
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 def _clean_message(message: Mapping[str, Any]) -> dict[str, Any]:
@@ -159,9 +186,17 @@ def _unique_ids(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     seen: set[str] = set()
     for i, call in enumerate(calls):
         if not call["id"] or call["id"] in seen:
-            call["id"] = f"{call['id'] or 'call'}_{i}"
+            call["id"] = _fresh_id(f"{call['id'] or 'call'}_{i}", seen)
         seen.add(call["id"])
     return calls
+
+
+def _fresh_id(wanted: str, seen: set[str]) -> str:
+    """``wanted``, or ``wanted`` with a suffix if a call already has that id."""
+    candidate, n = wanted, 1
+    while candidate in seen:
+        candidate, n = f"{wanted}_{n}", n + 1
+    return candidate
 
 
 def _clean_call(call: Mapping[str, Any]) -> dict[str, Any]:
@@ -169,5 +204,12 @@ def _clean_call(call: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "id": str(call.get("id") or ""),
         "type": "function",
-        "function": {"name": str(fn["name"]), "arguments": str(fn.get("arguments") or "")},
+        "function": {"name": str(fn["name"]), "arguments": _arguments_text(fn.get("arguments"))},
     }
+
+
+def _arguments_text(arguments: Any) -> str:
+    """The arguments as a JSON string (some endpoints send an object, not a string)."""
+    if not arguments:
+        return ""
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)

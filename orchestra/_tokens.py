@@ -9,6 +9,15 @@ Message counting follows OpenAI's published recipe (a fixed overhead per
 message plus its text). Both our client and the scripted provider use
 :func:`count_prompt`, so on the scripted provider the counts agree exactly;
 against other providers see ``PROMPT_MARGIN`` in ``_budget``.
+
+A tool call costs the same wherever it is counted: :func:`count_tool_call`
+(``PER_MESSAGE`` of framing plus its name and arguments) is used both for the
+reply that makes it (:func:`count_completion`) and for that reply inside a
+later prompt (:func:`count_message`). So for any assistant message ``m``::
+
+    count_message(m) == PER_MESSAGE + count_text("assistant") + count_completion(m)
+
+and a reply's cost in the next prompt is never less than what it cost to make.
 """
 
 from __future__ import annotations
@@ -20,14 +29,21 @@ import importlib.resources
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import tiktoken
 
 from ._exceptions import TokenizerError
 
-__all__ = ["MessageCounter", "count_completion", "count_prompt", "count_text", "encoding"]
+__all__ = [
+    "MessageCounter",
+    "count_completion",
+    "count_prompt",
+    "count_text",
+    "count_tool_call",
+    "encoding",
+]
 
 _O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
 _O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
@@ -84,25 +100,36 @@ def count_text(text: str) -> int:
     return len(encoding().encode(text, disallowed_special=()))
 
 
-def _message_text(message: Mapping[str, Any]) -> Iterable[str]:
-    yield str(message.get("role", ""))
+def _content_text(message: Mapping[str, Any]) -> str:
+    """A message's content as counted: text as is, anything else as JSON."""
     content = message.get("content")
-    if isinstance(content, str):
-        yield content
-    elif content is not None:
-        yield json.dumps(content, sort_keys=True)
-    for call in message.get("tool_calls") or ():
-        fn = call.get("function", {})
-        yield str(fn.get("name", ""))
-        yield str(fn.get("arguments", ""))
-    if message.get("tool_call_id"):
-        yield str(message["tool_call_id"])
+    if content is None or isinstance(content, str):
+        return content or ""
+    return json.dumps(content, sort_keys=True)
+
+
+def count_tool_call(call: Mapping[str, Any]) -> int:
+    """Tokens of one tool call: ``PER_MESSAGE`` of framing, its name and arguments.
+
+    The same in a reply (:func:`count_completion`) and in a prompt
+    (:func:`count_message`).
+    """
+    fn = call.get("function") or {}
+    name, arguments = str(fn.get("name", "")), str(fn.get("arguments", ""))
+    return PER_MESSAGE + count_text(name) + count_text(arguments)
+
+
+def _tool_calls(message: Mapping[str, Any]) -> int:
+    return sum(count_tool_call(call) for call in message.get("tool_calls") or ())
 
 
 def count_message(message: Mapping[str, Any]) -> int:
     """Tokens one chat message adds to a prompt, framing included."""
     extra = PER_NAME if message.get("name") else 0
-    return PER_MESSAGE + extra + sum(count_text(t) for t in _message_text(message))
+    texts = [str(message.get("role", "")), _content_text(message)]
+    if message.get("tool_call_id"):
+        texts.append(str(message["tool_call_id"]))
+    return PER_MESSAGE + extra + sum(count_text(t) for t in texts) + _tool_calls(message)
 
 
 def count_tools(tools: Sequence[Mapping[str, Any]] | None) -> int:
@@ -121,11 +148,7 @@ def count_prompt(
 
 def count_completion(message: Mapping[str, Any]) -> int:
     """Completion tokens of an assistant reply (content plus tool calls)."""
-    total = count_text(message.get("content") or "")
-    for call in message.get("tool_calls") or ():
-        fn = call.get("function", {})
-        total += PER_MESSAGE + count_text(fn.get("name", "")) + count_text(fn.get("arguments", ""))
-    return total
+    return count_text(_content_text(message)) + _tool_calls(message)
 
 
 class MessageCounter:

@@ -8,11 +8,17 @@ Cancellation: a tool runs inside its run's cancel scope. An ``async`` tool is
 cancelled at its next checkpoint (``await trio.sleep``, I/O...), so a slow or
 waiting tool stops at once when its run is cancelled or hits its deadline. A
 plain (sync) function cannot be interrupted; keep sync tools quick.
+
+Hostile input and output: an argument string above ``MAX_ARGUMENT_BYTES`` or
+nested deeper than ``MAX_ARGUMENT_DEPTH`` is refused before it is decoded (so
+neither ``json`` nor ``jsonschema`` can exhaust the stack), and whatever a tool
+returns is cut to ``ToolContext.max_result_bytes`` by :func:`bound_result`.
 """
 
 from __future__ import annotations
 
 import inspect
+import itertools
 import json
 import re
 import types
@@ -25,7 +31,18 @@ import jsonschema
 
 from ._exceptions import ConfigError
 
-__all__ = ["Tool", "ToolContext", "ToolInputError", "tool"]
+__all__ = ["Tool", "ToolContext", "ToolInputError", "bound_result", "tool"]
+
+MAX_ARGUMENT_BYTES = 1_000_000
+"""The largest argument string (UTF-8 bytes) a tool call may carry."""
+MAX_ARGUMENT_DEPTH = 64
+"""The deepest nesting of arrays and objects a call's arguments may have."""
+DEFAULT_RESULT_BYTES = 64 * 1024
+"""The default bound on a tool result's size (UTF-8 bytes)."""
+MIN_RESULT_BYTES = 1024
+"""The smallest result bound a policy may set."""
+NOTE_BYTES = 200
+"""Room kept for a truncation note: a cut result, note included, fits its limit."""
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -34,12 +51,15 @@ class ToolContext:
 
     ``idempotency_key`` is stable for one logical call (same run, same call id)
     across retries and processes: pass it to a service that deduplicates writes.
+    ``max_result_bytes`` bounds the text :meth:`Tool.run` returns (see
+    :func:`bound_result`).
     """
 
     run_id: str
     call_id: str
     tool: str
     idempotency_key: str
+    max_result_bytes: int = DEFAULT_RESULT_BYTES
     _progress: Callable[[str], None] = attrs.field(alias="progress", default=lambda _l: None)
     _spawn: Callable[..., Awaitable[str]] | None = attrs.field(alias="spawn", default=None)
 
@@ -114,13 +134,13 @@ class Tool:
         Raises:
             ToolInputError: with a message the model can act on.
         """
-        try:
-            args = json.loads(raw or "{}")
-        except json.JSONDecodeError as exc:
-            raise ToolInputError(f"arguments are not valid JSON ({exc.msg})") from None
+        args = _decode_arguments(raw or "{}")
         if not isinstance(args, dict):
             raise ToolInputError("arguments must be a JSON object")
-        errors = sorted(self._validator.iter_errors(args), key=lambda e: list(e.path))
+        try:
+            errors = sorted(self._validator.iter_errors(args), key=lambda e: list(e.path))
+        except RecursionError:
+            raise _too_deep() from None
         if errors:
             raise ToolInputError("; ".join(_describe(e) for e in errors))
         return args
@@ -133,7 +153,78 @@ class Tool:
         result = self.function(**kwargs)
         if inspect.isawaitable(result):
             result = await result
-        return result if isinstance(result, str) else json.dumps(result)
+        text = result if isinstance(result, str) else json.dumps(result)
+        return bound_result(text, ctx.max_result_bytes)
+
+
+def _too_deep() -> ToolInputError:
+    return ToolInputError(
+        f"arguments are nested too deeply (at most {MAX_ARGUMENT_DEPTH} levels of "
+        "arrays and objects)"
+    )
+
+
+def _decode_arguments(raw: str) -> Any:
+    """``raw`` as JSON, refused if too large or too deep to decode safely."""
+    if len(raw) > MAX_ARGUMENT_BYTES or _utf8_size(raw) > MAX_ARGUMENT_BYTES:
+        raise ToolInputError(
+            f"arguments are too large (more than {MAX_ARGUMENT_BYTES:,} bytes); "
+            "pass less data per call"
+        )
+    if raw.count("[") + raw.count("{") > MAX_ARGUMENT_DEPTH and (
+        json_depth(raw) > MAX_ARGUMENT_DEPTH
+    ):
+        raise _too_deep()
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ToolInputError(f"arguments are not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise _too_deep() from None
+
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def json_depth(text: str) -> int:
+    """How deeply arrays and objects nest in JSON ``text`` (brackets in strings ignored).
+
+    A linear scan without recursion, so any input is safe to measure.
+    """
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
+
+
+def _utf8_size(text: str) -> int:
+    return len(text.encode("utf-8", errors="surrogatepass"))
+
+
+def utf8_prefix(data: bytes, size: int) -> bytes:
+    """The first ``size`` bytes of ``data``, less any UTF-8 character cut in two."""
+    if len(data) <= size:
+        return data
+    cut = max(size, 0)
+    while cut > max(size - 3, 0) and data[cut] & 0xC0 == 0x80:  # a continuation byte
+        cut -= 1
+    return data[:cut]
+
+
+def bound_result(text: str, limit: int) -> str:
+    """``text`` if its UTF-8 size is at most ``limit``; else its start and a note.
+
+    The start is cut on a character boundary so that start and note together
+    fit in ``limit`` bytes (for any limit above ``NOTE_BYTES``); the note says
+    the result was truncated and gives its full size. Bounding twice changes
+    nothing more.
+    """
+    data = text.encode("utf-8", errors="surrogatepass")
+    if len(data) <= limit:
+        return text
+    head = utf8_prefix(data, limit - NOTE_BYTES)
+    note = f"[truncated: the result was {len(data):,} bytes; showing the first {len(head):,} bytes]"
+    return f"{head.decode('utf-8', errors='surrogatepass')}\n{note}"
 
 
 def _describe(error: jsonschema.ValidationError) -> str:

@@ -252,3 +252,16 @@ async def test_a_reply_with_2000_calls_runs_at_most_the_cap_and_answers_the_rest
     assert all(f"more than {MAX_CALLS_PER_REPLY} tool calls" in m["content"] for m in refused)
     # a write saves its start and its result; the refusals are saved together, once
     assert store.saves <= 2 * MAX_CALLS_PER_REPLY + 10
+
+
+async def test_policy_bounds_what_the_model_sees_of_results_and_errors() -> None:
+    big = "x" * 5000
+    script = Script(calls(("echo", f'{{"text": "{big}"}}'), ("boom", f'{{"text": "{big}"}}')), DONE)
+    result = await run(script, ToolPolicy(max_result_bytes=1024))
+    assert result.status is Status.COMPLETED
+    shown = tool_messages(result)
+    assert len(shown) == 2
+    for text in shown:
+        assert len(text.encode()) <= 1024
+        assert "truncated" in text
+    assert shown[1].startswith("Error")
