@@ -28,6 +28,7 @@ from ._money import Price, PriceTable
 from ._otel import OTelTracer, configure_otlp, flush_spans
 from ._provider import ChatReply, ChatRequest, OpenAIProvider, Provider
 from ._result import RunResult
+from ._retry import RetryPolicy
 from ._runner import RunHandle, Runner
 from ._serde import state_from_dict, state_from_json, state_to_dict, state_to_json
 from ._spans import RecordingTracerProvider, SpanSink
@@ -74,6 +75,7 @@ __all__ = [
     "ProviderHTTPError",
     "ProviderReplyError",
     "RecordingTracerProvider",
+    "RetryPolicy",
     "RunHandle",
     "RunNotFound",
     "RunResult",

@@ -54,11 +54,18 @@ class ProviderError(OrchestraError):
 
 
 class ProviderHTTPError(ProviderError):
-    """The request failed in transport or came back with a non-2xx status."""
+    """The request failed in transport or came back with a non-2xx status.
 
-    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+    ``status_code`` is None for a transport failure; ``retry_after`` is the
+    seconds the server asked to wait (its ``Retry-After`` header), if any.
+    """
+
+    def __init__(
+        self, message: str, *, status_code: int | None = None, retry_after: float | None = None
+    ) -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.retry_after = retry_after
 
 
 class ProviderReplyError(ProviderError):

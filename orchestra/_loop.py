@@ -8,17 +8,20 @@ fresh run, a resumed run and an approved call all take the same path.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import attrs
+import trio
 
 from ._budget import Grant, check_turns, reserve, settle
 from ._dispatch import dispatch, flush_results, pending_calls
 from ._exceptions import ProviderError
 from ._money import to_usd
 from ._provider import ChatReply, ChatRequest
+from ._retry import complete_with_retries
 from ._run import Exit, LiveRun
-from ._state import RunState, Status, Usage
+from ._state import Interruption, InterruptionKind, RunState, Status, Usage
 
 __all__ = ["drive"]
 
@@ -65,15 +68,38 @@ async def _call(
     )
     reply: ChatReply | None = None
     usage = Usage()
+    sized = attrs.evolve(request, messages=list(request.messages), max_tokens=grant.max_tokens)
     try:
-        reply = await run.runner.provider.complete(
-            attrs.evolve(request, messages=list(request.messages), max_tokens=grant.max_tokens)
+        reply = await complete_with_retries(
+            partial(run.runner.provider.complete, sized),
+            run.runner.retry,
+            time_left=lambda: run.deadline - trio.current_time(),
+            on_retry=partial(_retrying, run),
         )
     except ProviderError as exc:
-        run.finish(Exit(status=Status.FAILED, reason=f"model call failed: {exc}", error=str(exc)))
+        run.finish(_provider_exit(run, exc))
     finally:
         usage = settle(run, grant, reply)
     return None if reply is None else (reply, usage)
+
+
+def _retrying(run: LiveRun, attempt: int, error: ProviderError) -> None:
+    run.emit(
+        "model_retry",
+        turn=run.state.turns + 1,
+        attempt=attempt,
+        error=str(error),
+        status=getattr(error, "status_code", None),
+    )
+
+
+def _provider_exit(run: LiveRun, exc: ProviderError) -> Exit:
+    """A transient failure that outlasted the retries stops the run resumable."""
+    if not run.runner.retry.transient(exc):
+        return Exit(status=Status.FAILED, reason=f"model call failed: {exc}", error=str(exc))
+    reason = f"the model provider is unavailable (retries ran out): {exc}; resume later"
+    waiting = Interruption(kind=InterruptionKind.PROVIDER_UNAVAILABLE, reason=reason)
+    return Exit(status=Status.INTERRUPTED, reason=reason, error=str(exc), interruption=waiting)
 
 
 def record_reply(run: LiveRun, reply: ChatReply, usage: Usage, grant: Grant) -> None:

@@ -195,6 +195,19 @@ class OTelTracer:
         )
         self._chats[run.state.run_id] = span
 
+    def _on_model_retry(self, run: LiveRun, event: Event) -> None:
+        span = self._chats.get(run.state.run_id)
+        if span is not None:
+            status = event.data.get("status")
+            span.add_event(
+                "retry",
+                {
+                    "orchestra.attempt": int(event.data["attempt"]),
+                    "error.type": str(status) if status is not None else "transport",
+                    "orchestra.error": str(event.data["error"])[:500],
+                },
+            )
+
     def _on_turn(self, run: LiveRun, event: Event) -> None:
         span = self._chats.pop(run.state.run_id, None)
         if span is None:

@@ -17,9 +17,11 @@ not a plausible token count, or that is nested too deeply to decode, with
 
 from __future__ import annotations
 
+import email.utils
 import json
 import os
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import attrs
@@ -115,12 +117,39 @@ class OpenAIProvider:
             raise ProviderHTTPError(
                 f"{self.base_url} answered {response.status_code}: {_error_text(response)}",
                 status_code=response.status_code,
+                retry_after=retry_after(response.headers.get("retry-after")),
             )
         return parse_reply(response)
 
     async def aclose(self) -> None:
         """Close the connection pool."""
         await self._client.aclose()
+
+
+MAX_RETRY_AFTER = 24 * 3600.0
+"""A ``Retry-After`` longer than this (seconds) is read as this."""
+
+
+def retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: delay-seconds or an HTTP date.
+
+    None when absent or unreadable; never negative, at most ``MAX_RETRY_AFTER``.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text) if text.isdigit() else _until(text, now)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
+def _until(http_date: str, now: datetime | None) -> float:
+    when = email.utils.parsedate_to_datetime(http_date)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when - (now or datetime.now(UTC))).total_seconds()
 
 
 def _error_text(response: httpx.Response) -> str:

@@ -37,6 +37,7 @@ from ._execute import execute, load_live, new_state, reopen, result_of, spawn_ch
 from ._money import PriceTable
 from ._provider import Provider
 from ._result import RunResult
+from ._retry import RetryPolicy
 from ._run import LiveRun
 from ._state import Interruption, Limits, RunState
 from ._store import MemoryStore, Store
@@ -88,6 +89,7 @@ class Runner:
         sink: receives every event (e.g. a :class:`JsonlSink`).
         prompt_margin: slack on our prompt count when reserving budget.
         poll_interval: how often a root run checks the store for cancel requests.
+        retry: how model calls are retried after transient provider failures.
         lease_ttl: seconds a tree's lease lasts unless renewed (the watcher renews
             it every third of that).
         tracer: sees every event with its live run first (e.g. an :class:`OTelTracer`).
@@ -100,6 +102,7 @@ class Runner:
     prompt_margin: Margin = Margin()
     poll_interval: float = 0.05
     lease_ttl: float = LEASE_TTL
+    retry: RetryPolicy = RetryPolicy()
     tracer: Callable[[LiveRun, Event], None] | None = None
     _live: dict[str, LiveRun] = attrs.field(factory=dict, init=False)
     _lost: dict[str, str] = attrs.field(factory=dict, init=False)

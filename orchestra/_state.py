@@ -78,6 +78,8 @@ class InterruptionKind(enum.StrEnum):
     APPROVAL = "approval"
     CANCELLED = "cancelled"
     UNKNOWN_OUTCOME = "unknown_outcome"
+    PROVIDER_UNAVAILABLE = "provider_unavailable"
+    """The model endpoint kept failing with transient errors; resume later."""
 
     @property
     def waits_for_human(self) -> bool:

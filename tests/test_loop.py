@@ -93,13 +93,22 @@ async def test_slow_completes_after_three_seconds(run_scenario, autojump_clock, 
 
 
 class _Broken:
+    def __init__(self, status_code: int) -> None:
+        self.status_code = status_code
+
     async def complete(self, request: ChatRequest) -> ChatReply:
-        raise ProviderHTTPError("boom", status_code=500)
+        raise ProviderHTTPError("boom", status_code=self.status_code)
 
 
-async def test_provider_failure_fails_the_run():
-    result = await Runner(provider=_Broken()).run(Agent(name="a", model="m"), "hi")
+async def test_a_request_the_provider_refuses_fails_the_run():
+    result = await Runner(provider=_Broken(400)).run(Agent(name="a", model="m"), "hi")
     assert result.status is Status.FAILED
+    assert "boom" in result.state.reason
+
+
+async def test_a_provider_down_past_the_retries_stops_the_run_resumable(autojump_clock):
+    result = await Runner(provider=_Broken(500)).run(Agent(name="a", model="m"), "hi")
+    assert result.status is Status.INTERRUPTED and result.status.resumable
     assert "boom" in result.state.reason
 
 

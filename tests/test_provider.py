@@ -108,3 +108,26 @@ def test_missing_and_repeated_call_ids_are_made_unique_within_a_message():
 def test_arguments_sent_as_an_object_become_json_text():
     reply = parse(body(calls=[call("c1", {"path": "errors.log"}), call("c2", None)]))
     assert [c["function"]["arguments"] for c in reply.tool_calls] == ['{"path": "errors.log"}', ""]
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        (None, None),
+        ("7", 7.0),
+        (" 0 ", 0.0),
+        ("Wed, 02 Dec 2026 12:00:30 GMT", 30.0),
+        ("Wed, 02 Dec 2026 11:59:00 GMT", 0.0),  # already past
+        ("99999999999", 86400.0),
+        ("soon", None),
+        ("-5", None),
+        ("1.5e3", None),
+    ],
+)
+def test_retry_after_reads_seconds_or_an_http_date(header, seconds):
+    from datetime import UTC, datetime
+
+    from orchestra._provider import retry_after
+
+    now = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
+    assert retry_after(header, now=now) == seconds
