@@ -6,7 +6,7 @@ call, one cancel scope per run, and exactly one exit, as data.
 """
 
 from ._agent import Agent, ToolPolicy, detailed_errors, generic_errors
-from ._budget import MIN_COMPLETION, Margin
+from ._budget import MIN_COMPLETION
 from ._catalog import catalog
 from ._events import Event, EventSink, JsonlSink, fanout
 from ._exceptions import (
@@ -24,6 +24,7 @@ from ._exceptions import (
     TokenizerError,
     ToolError,
 )
+from ._margin import FIRST_MARGIN, Calibration, Margin
 from ._money import Price, PriceTable
 from ._otel import OTelTracer, configure_otlp, flush_spans
 from ._provider import ChatReply, ChatRequest, OpenAIProvider, Provider
@@ -43,13 +44,16 @@ from ._state import (
     Status,
     Usage,
 )
+from ._stops import StopCondition
 from ._store import MemoryStore, Store
 from ._tools import Tool, ToolContext, tool
 
 __all__ = [
+    "FIRST_MARGIN",
     "MIN_COMPLETION",
     "Agent",
     "Approval",
+    "Calibration",
     "ChatReply",
     "ChatRequest",
     "ConfigError",
@@ -86,6 +90,7 @@ __all__ = [
     "SpanSink",
     "StateError",
     "Status",
+    "StopCondition",
     "Store",
     "TokenizerError",
     "Tool",

@@ -8,8 +8,8 @@ from typing import Any
 import attrs
 
 from ._exceptions import ConfigError, PermanentToolError
-from ._state import Limits
-from ._tools import DEFAULT_RESULT_BYTES, MIN_RESULT_BYTES, Tool, ToolContext
+from ._state import Limits, RunState
+from ._tools import DEFAULT_RESULT_BYTES, MIN_RESULT_BYTES, Tool, ToolContext, check_timeout
 
 __all__ = ["Agent", "ToolPolicy", "detailed_errors", "generic_errors"]
 
@@ -38,6 +38,10 @@ def _result_limit(_policy: object, _attribute: object, value: int) -> None:
         )
 
 
+def _timeout(_policy: object, _attribute: object, value: float | None) -> None:
+    check_timeout("ToolPolicy.tool_timeout_s", value)
+
+
 @attrs.frozen(kw_only=True)
 class ToolPolicy:
     """What the loop does around tool calls.
@@ -50,6 +54,11 @@ class ToolPolicy:
         rejection_text: the tool result of a rejected call given no reason.
         max_result_bytes: the most UTF-8 bytes of a tool's result the model sees; a
             longer result is cut, with a note giving its full size (at least 1024).
+        tool_timeout_s: the time limit of a call to a tool that sets none
+            (``None``: no limit). A read that runs out is answered "timed out";
+            a write that runs out is in doubt: the run stops ``interrupted``
+            (``unknown_outcome``) for a human. Agent tools (:meth:`Agent.as_tool`)
+            have no limit of their own but their child's limits.
     """
 
     error_text: ErrorText = detailed_errors
@@ -58,6 +67,7 @@ class ToolPolicy:
     permanent_errors: tuple[type[BaseException], ...] = (PermanentToolError, PermissionError)
     rejection_text: str = DEFAULT_REJECTION
     max_result_bytes: int = attrs.field(default=DEFAULT_RESULT_BYTES, validator=_result_limit)
+    tool_timeout_s: float | None = attrs.field(default=None, validator=_timeout)
 
 
 def _tool_tuple(tools: Iterable[Tool]) -> tuple[Tool, ...]:
@@ -69,7 +79,11 @@ class Agent:
     """A model with instructions, tools and default limits.
 
     ``max_tokens`` is the most a reply may use; the budget gate lowers it
-    further when the remaining budget cannot pay for it.
+    further when the remaining budget cannot pay for it. ``stop_when`` holds
+    predicates called with the run's state after each step (a non-empty string
+    stops the run, see :mod:`orchestra._stops`); ``no_progress_after`` stops a
+    run whose last that-many tool calls were one call repeated with the same
+    result (None: never).
     """
 
     name: str
@@ -79,8 +93,14 @@ class Agent:
     limits: Limits = Limits()
     policy: ToolPolicy = ToolPolicy()
     max_tokens: int = 1024
+    stop_when: tuple[Callable[[RunState], str | None], ...] = attrs.field(
+        default=(), converter=tuple
+    )
+    no_progress_after: int | None = 3
 
     def __attrs_post_init__(self) -> None:
+        if self.no_progress_after is not None and self.no_progress_after < 2:
+            raise ConfigError(f"agent {self.name}: no_progress_after must be >= 2 or None")
         names = [t.name for t in self.tools]
         if len(set(names)) != len(names):
             raise ConfigError(f"agent {self.name}: duplicate tool names in {names}")
@@ -125,4 +145,5 @@ class Agent:
             function=run_agent,
             read_only=True,
             takes_context=True,
+            timeout_s=float("inf"),  # the child's own limits bound it
         )

@@ -8,53 +8,61 @@ the prompt plus :data:`MIN_COMPLETION` tokens, the run stops
 what is left. After the reply the real cost is charged and the reservation
 released, in one step with no checkpoint between them.
 
-Guarantee: with a provider whose token counts are at most ours (the scripted
-provider counts with the same function, so they are equal) and which honours
-``max_tokens``, no run's tree spend ever exceeds its budget. Against another
-provider, set ``Runner(prompt_margin=...)``: the prompt is reserved as
-``tokens * (1 + ratio) + tokens_floor``; the bound holds as long as the
-provider's prompt count stays within that margin of ours.
+Two budgets work this way: USD (``Limits.max_budget_usd``, priced by the
+runner's :class:`~orchestra.PriceTable`) and tokens (``Limits.max_tokens_total``,
+no prices needed). Both are carved down the tree.
+
+Guarantee: with a provider whose prompt counts stay within the reserved
+margin of ours (see :mod:`orchestra._margin`: learnt per provider and model,
+conservative before the first reply) and which honours ``max_tokens``, no
+run's tree spend ever exceeds its budget. If it does anyway (a provider that
+ignores ``max_tokens``), the run stops ``budget_exceeded`` saying by how much,
+never ``completed``.
 """
 
 from __future__ import annotations
 
-import math
 from typing import TypeVar
 
 import attrs
 
-from ._money import to_usd
+from ._margin import Margin
+from ._money import Price, to_usd
 from ._provider import ChatReply
 from ._run import Exit, LiveRun
 from ._state import Limits, Status, Usage
+from ._tokens import count_completion
 
 _N = TypeVar("_N", int, float)
 
-__all__ = ["MIN_COMPLETION", "Grant", "Margin", "carve", "check_turns", "reserve", "settle"]
+__all__ = [
+    "MIN_COMPLETION",
+    "Grant",
+    "carve",
+    "check_turns",
+    "overspent_reason",
+    "reserve",
+    "settle",
+]
 
 MIN_COMPLETION = 16
 """The least completion worth paying a prompt for, in tokens."""
 
 
 @attrs.frozen(kw_only=True)
-class Margin:
-    """Slack added to our prompt count when reserving (for providers that count differently)."""
-
-    ratio: float = 0.0
-    tokens: int = 0
-
-    def apply(self, prompt_tokens: int) -> int:
-        """The prompt size to reserve for."""
-        return math.ceil(prompt_tokens * (1 + self.ratio)) + self.tokens
-
-
-@attrs.frozen(kw_only=True)
 class Grant:
-    """A reservation held for one model call."""
+    """A reservation held for one model call: ``prompt`` tokens (margin included)
+    plus up to ``max_tokens`` of output, worth ``pico``."""
 
     pico: int
+    prompt: int
     max_tokens: int
     shrunk: bool
+
+    @property
+    def tokens(self) -> int:
+        """Tokens held against token budgets."""
+        return self.prompt + self.max_tokens
 
 
 def check_turns(run: LiveRun) -> Exit | None:
@@ -70,47 +78,103 @@ def check_turns(run: LiveRun) -> Exit | None:
     )
 
 
-def reserve(run: LiveRun, prompt_tokens: int, margin: Margin) -> Grant | Exit:
-    """Reserve the worst case of the next call, or say why it cannot be paid."""
+def reserve(run: LiveRun, prompt_tokens: int, messages: int, margin: Margin) -> Grant | Exit:
+    """Reserve the worst case of the next call, or say why it cannot be paid.
+
+    The prompt is reserved as ``margin.apply(prompt_tokens, messages)``;
+    ``max_tokens`` is lowered to what both the USD and the token budget of
+    this run and every ancestor still pay for.
+    """
     price = run.runner.prices[run.state.model]
-    prompt = margin.apply(prompt_tokens)
+    prompt = margin.apply(prompt_tokens, messages)
     max_tokens = run.agent.max_tokens
-    available = run.available_pico()
-    if available is not None:
-        affordable = price.affordable_completion(available, prompt)
-        if affordable < MIN_COMPLETION:
-            return _unaffordable(run, available, price.cost(prompt, MIN_COMPLETION), prompt)
-        max_tokens = min(max_tokens, affordable)
+    for cap in (_usd_cap(run, price, prompt), _token_cap(run, prompt)):
+        if isinstance(cap, Exit):
+            return cap
+        if cap is not None:
+            max_tokens = min(max_tokens, cap)
     grant = Grant(
         pico=price.cost(prompt, max_tokens),
+        prompt=prompt,
         max_tokens=max_tokens,
         shrunk=max_tokens < run.agent.max_tokens,
     )
-    run.reserve(grant.pico, 1)
+    run.reserve(grant.pico, 1, grant.tokens)
     return grant
 
 
-def _unaffordable(run: LiveRun, available: int, needed: int, prompt: int) -> Exit:
-    return Exit(
-        status=Status.BUDGET_EXCEEDED,
-        reason=(
-            f"budget: ${to_usd(max(available, 0)):.6f} left, the next call needs at least "
-            f"${to_usd(needed):.6f} ({prompt} prompt tokens + {MIN_COMPLETION} output)"
-        ),
+def _usd_cap(run: LiveRun, price: Price, prompt: int) -> int | Exit | None:
+    """Output tokens the USD budgets still pay for after ``prompt``; None if unbounded."""
+    available = run.available_pico()
+    if available is None:
+        return None
+    affordable = price.affordable_completion(available, prompt)
+    if affordable >= MIN_COMPLETION:
+        return affordable
+    if available < 0:
+        return _overspent(run)
+    needed = to_usd(price.cost(prompt, MIN_COMPLETION))
+    return _budget_exit(
+        f"budget: ${to_usd(available):.6f} left, the next call needs at least ${needed:.6f} "
+        f"({prompt} prompt tokens reserved + {MIN_COMPLETION} output)"
     )
 
 
-def settle(run: LiveRun, grant: Grant, reply: ChatReply | None) -> Usage:
-    """Release ``grant`` and charge what the reply really cost (nothing if no reply)."""
-    run.reserve(-grant.pico, -1)
+def _token_cap(run: LiveRun, prompt: int) -> int | Exit | None:
+    """Output tokens the token budgets still allow after ``prompt``; None if unbounded."""
+    available = run.available_tokens()
+    if available is None:
+        return None
+    if available - prompt >= MIN_COMPLETION:
+        return available - prompt
+    if available < 0:
+        return _overspent(run)
+    return _budget_exit(
+        f"token budget: {available} tokens left, the next call needs at least "
+        f"{prompt + MIN_COMPLETION} ({prompt} prompt tokens reserved + {MIN_COMPLETION} output)"
+    )
+
+
+def _overspent(run: LiveRun) -> Exit:
+    over = run.overspent()
+    if over is None:  # spent up to the cap with calls in flight elsewhere in the tree
+        return _budget_exit("budget: nothing left while other calls of the tree are in flight")
+    return _budget_exit(overspent_reason(run, *over))
+
+
+def overspent_reason(run: LiveRun, node: LiveRun, how_much: str) -> str:
+    """Why a run stops once its tree (or an ancestor's) spent past a budget."""
+    whose = "" if node is run else f" of ancestor run {node.state.run_id}"
+    return (
+        f"over budget{whose}: {how_much} (the provider counted more than was "
+        "reserved or ignored max_tokens)"
+    )
+
+
+def _budget_exit(reason: str) -> Exit:
+    return Exit(status=Status.BUDGET_EXCEEDED, reason=reason)
+
+
+def settle(run: LiveRun, grant: Grant, reply: ChatReply | None, margin: Margin) -> Usage:
+    """Release ``grant`` and charge what the reply really cost (nothing if no reply).
+
+    A reply without usage is charged as estimated: the prompt as reserved, and
+    our count of the reply widened by ``margin`` (at most ``max_tokens``).
+    """
+    run.reserve(-grant.pico, -1, -grant.tokens)
     if reply is None:
         return Usage()
+    prompt, completion = reply.prompt_tokens, reply.completion_tokens
+    if not reply.usage_reported:
+        prompt = grant.prompt
+        ours = count_completion(reply.message)
+        completion = min(max(margin.apply(ours), 1), grant.max_tokens)
     price = run.runner.prices[run.state.model]
     usage = Usage(
         model_calls=1,
-        prompt_tokens=reply.prompt_tokens,
-        completion_tokens=reply.completion_tokens,
-        cost_pico=price.cost(reply.prompt_tokens, reply.completion_tokens),
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cost_pico=price.cost(prompt, completion),
     )
     run.charge(usage)
     return usage
@@ -127,6 +191,11 @@ def carve(parent: LiveRun, requested: Limits, now: float) -> Limits | str:
         if budget <= 0:
             return f"the parent run has no budget left (${to_usd(max(budget, 0)):.6f})"
         limits = attrs.evolve(limits, max_budget_usd=_least(to_usd(budget), limits.max_budget_usd))
+    tokens = parent.available_tokens()
+    if tokens is not None:
+        if tokens <= 0:
+            return f"the parent run has no tokens left ({max(tokens, 0)})"
+        limits = attrs.evolve(limits, max_tokens_total=_least(tokens, limits.max_tokens_total))
     turns = parent.available_turns()
     if turns is not None:
         if turns[0] <= 0:

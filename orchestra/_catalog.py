@@ -2,8 +2,16 @@
 
 ``list_files``, ``read_file`` (read-only), ``delete_file`` (needs approval),
 ``scan_archive`` (slow, reports progress, stops at once when cancelled).
-Paths are resolved inside the sandbox; a path that escapes it is refused with
-:class:`PermanentToolError` (the model cannot fix that by retrying).
+
+Paths are file names relative to the sandbox. A name the model can fix is
+answered in words (a :class:`ToolError`, the run goes on): an absolute path,
+``~``, a NUL byte or an empty name, with the file to use instead when the
+sandbox has one of that name (``/var/log/errors.log``: "use 'errors.log'").
+A path that leaves the sandbox, through ``..`` or a symlink (the file's own or
+a parent directory's), is refused with :class:`PermanentToolError` (no retry
+makes it allowed; the run stops ``failed``). Either way nothing outside the
+sandbox is read, listed or deleted: every path is checked after resolving
+every symlink, before any file is opened.
 
 ``read_file`` reads at most ``max_read_bytes`` of a file, never the whole of a
 larger one: it shows the start and says, in words, how large the file is.
@@ -12,7 +20,7 @@ larger one: it shows the start and says, in words, how large the file is.
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import trio
 
@@ -26,10 +34,56 @@ PROGRESS_EVERY = 200
 
 
 def _inside(root: Path, name: str) -> Path:
+    """The resolved path ``name`` names in ``root`` (checked before anything is opened).
+
+    Raises:
+        ToolError: ``name`` is not a relative path (the model can fix that).
+        PermanentToolError: it leaves the sandbox, by ``..`` or a symlink.
+    """
+    problem = _not_relative(name)
+    if problem is not None:
+        raise ToolError(
+            f"{problem}; paths must be relative to the working directory: {_hint(root, name)}"
+        )
     path = (root / name).resolve()
-    if path != root and root not in path.parents:
+    if not _contained(root, path):
         raise PermanentToolError(f"permission denied: {name} is outside the sandbox")
     return path
+
+
+def _contained(root: Path, path: Path) -> bool:
+    """Whether the resolved ``path`` is ``root`` or below it."""
+    return path == root or root in path.parents
+
+
+def _not_relative(name: str) -> str | None:
+    """What makes ``name`` unusable as a path relative to the sandbox, if anything."""
+    if "\x00" in name:
+        return "the path contains a NUL byte"
+    if not name.strip():
+        return "the path is empty"
+    if name.startswith("~"):
+        return f"{name!r} starts with '~', which is not expanded"
+    if os.path.isabs(name):
+        return f"{name!r} is an absolute path"
+    return None
+
+
+def _hint(root: Path, name: str) -> str:
+    """The sandbox file to use instead of ``name`` (same base name), if there is one."""
+    base = PurePosixPath(name.replace("\x00", "")).name
+    if base not in ("", ".", "..") and _sandbox_file(root, root / base):
+        return f"use {base!r}."
+    return "call list_files to see what exists."
+
+
+def _sandbox_file(root: Path, path: Path) -> bool:
+    """Whether ``path`` is a file whose real location is inside ``root`` (False if
+    it cannot be looked at: a name too long, a symlink loop)."""
+    try:
+        return path.is_file() and _contained(root, path.resolve())
+    except (OSError, RuntimeError):
+        return False
 
 
 def _missing(name: str) -> ToolError:
@@ -73,7 +127,8 @@ def catalog(directory: str | Path, *, max_read_bytes: int = 64 * 1024) -> tuple[
     @tool(read_only=True)
     def list_files() -> str:
         """List the files in the working directory, one name per line."""
-        return "\n".join(sorted(p.name for p in root.iterdir() if p.is_file()))
+        names = (p.name for p in root.iterdir() if _sandbox_file(root, p))
+        return "\n".join(sorted(names))
 
     @tool(read_only=True)
     def read_file(path: str) -> str:

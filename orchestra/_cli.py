@@ -21,11 +21,12 @@ from typing import Any
 
 import click
 import trio
+from click.shell_completion import CompletionItem
 
 from ._cli_output import print_runs, print_tree, print_waiting
 from ._cli_recipe import Recipe
 from ._cli_session import EXIT_CODES, Session, report, supervise, tree_result
-from ._demo import SCENARIOS, demo_task
+from ._demo import SCENARIOS, demo_task, parse_scenario
 from ._exceptions import OrchestraError
 from ._execute import new_run_id
 from ._otlp_child import PROTOCOLS
@@ -135,13 +136,35 @@ def _start(
     _finish(result, session, elapsed, as_json, store_path, spans)
 
 
+class ScenarioType(click.types.StringParamType):
+    """A demo scenario, optionally with fault modifiers: ``plan``, ``plan+429x3``."""
+
+    name = "scenario"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "{" + "|".join(SCENARIOS) + "}[+FAULT[xN]...]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        name = super().convert(value, param, ctx)
+        try:
+            parse_scenario(name)
+        except OrchestraError as exc:
+            self.fail(str(exc), param, ctx)
+        return name
+
+    def shell_complete(
+        self, ctx: click.Context, param: click.Parameter, incomplete: str
+    ) -> list[CompletionItem]:
+        return [CompletionItem(s) for s in SCENARIOS if s.startswith(incomplete)]
+
+
 @click.group()
 def main() -> None:
     """Orchestra: LLM agents as governed trees."""
 
 
 @main.command()
-@click.argument("scenario", type=click.Choice(SCENARIOS))
+@click.argument("scenario", type=ScenarioType())
 @click.option(
     "--max-turns",
     type=click.IntRange(min=0),
@@ -198,7 +221,12 @@ def demo(
     otlp_protocol: str | None,
     otlp_endpoint: str | None,
 ) -> None:
-    """Run SCENARIO against the embedded scripted provider."""
+    """Run SCENARIO against the embedded scripted provider.
+
+    SCENARIO may add faults, SCENARIO+FAULT[xN]...: an HTTP status (429, 500,
+    401, ...), hang, garbage, truncated, reset or nousage; the first N requests
+    (default 1) meet each. `orchestra resume` plays no faults.
+    """
     recipe = Recipe(
         directory=str(_sandbox(directory)),
         scenario=scenario,

@@ -1,4 +1,7 @@
-"""What the CLI prints for people (``--json`` prints the report itself)."""
+"""What the CLI prints for people (``--json`` prints the report itself).
+
+Every line is redacted of secrets (see :mod:`orchestra._redact`) before it is printed.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +11,15 @@ from typing import Any
 
 import click
 
+from ._redact import redact
 from ._state import RunState
 
 __all__ = ["print_runs", "print_tree", "print_waiting"]
+
+
+def _echo(text: str) -> None:
+    """Print one line for people, secrets redacted."""
+    click.echo(redact(text))
 
 
 def _line(report: dict[str, Any], depth: int) -> str:
@@ -29,17 +38,17 @@ def _line(report: dict[str, Any], depth: int) -> str:
 
 def print_tree(report: dict[str, Any], depth: int = 0) -> None:
     """The run and its children, one block per run."""
-    click.echo(_line(report, depth))
+    _echo(_line(report, depth))
     indent = "  " * depth + "   "
-    click.echo(f"{indent}per-turn prompt tokens: {report['per_turn_prompt_tokens']}")
+    _echo(f"{indent}per-turn prompt tokens: {report['per_turn_prompt_tokens']}")
     if report["answer"]:
-        click.echo(f"{indent}answer: {report['answer']}")
+        _echo(f"{indent}answer: {report['answer']}")
     for child in report["children"]:
         print_tree(child, depth + 1)
     if depth == 0 and report.get("dir"):
-        click.echo(f"dir: {report['dir']}")
+        _echo(f"dir: {report['dir']}")
     if depth == 0 and report.get("trace_id"):
-        click.echo(f"trace: {report['trace_id']}")
+        _echo(f"trace: {report['trace_id']}")
 
 
 def print_waiting(report: dict[str, Any], store_flag: str) -> None:
@@ -49,12 +58,10 @@ def print_waiting(report: dict[str, Any], store_flag: str) -> None:
         return
     root = report["run_id"]
     args = json.dumps(waiting["arguments"], sort_keys=True)
-    click.echo(f"\nwaiting for a human: {waiting['tool']} {args}")
-    click.echo(f"  call {waiting['call_id']} in run {waiting['run_id']}: {waiting['reason']}")
-    click.echo(
-        f"  approve: orchestra approve {root}{store_flag} && orchestra resume {root}{store_flag}"
-    )
-    click.echo(
+    _echo(f"\nwaiting for a human: {waiting['tool']} {args}")
+    _echo(f"  call {waiting['call_id']} in run {waiting['run_id']}: {waiting['reason']}")
+    _echo(f"  approve: orchestra approve {root}{store_flag} && orchestra resume {root}{store_flag}")
+    _echo(
         f'  reject:  orchestra reject {root}{store_flag} --reason "..." && '
         f"orchestra resume {root}{store_flag}"
     )
@@ -69,13 +76,13 @@ def _age(seconds: float) -> str:
 
 def print_runs(states: list[RunState]) -> None:
     """A table of runs, newest first."""
-    click.echo(
+    _echo(
         f"{'run id':<21} {'agent':<12} {'status':<19} {'turns':>5} "
         f"{'own $':>10} {'tree $':>10} {'age':>5}"
     )
     now = time.time()
     for s in states:
-        click.echo(
+        _echo(
             f"{s.run_id:<21} {s.agent[:12]:<12} {s.status.value:<19} {s.turns:>5} "
             f"{s.own.cost_usd:>10.6f} {s.tree.cost_usd:>10.6f} {_age(now - s.updated_at):>5}"
         )

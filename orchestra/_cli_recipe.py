@@ -4,6 +4,11 @@ A run started by ``orchestra demo`` or ``orchestra run`` saves its recipe in
 ``state.metadata``, so ``orchestra resume`` in a new process builds the same
 agent over the same directory against the same kind of endpoint. The API key
 is never saved.
+
+A demo's scenario may carry fault modifiers (``plan+500x20``). The process
+that starts the run plays them; a recipe read back from a saved run
+(:meth:`Recipe.of`, i.e. ``orchestra resume``) starts its embedded server
+with faults off: the outage is over.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from ._state import Limits, RunState
 __all__ = ["Recipe"]
 
 _KEY = "orchestra.cli.recipe"
+DEMO_TIMEOUT_S = 5.0
+"""The demo provider's HTTP timeout: a ``hang`` fault costs this much per attempt."""
 
 
 @attrs.frozen(kw_only=True)
@@ -40,14 +47,20 @@ class Recipe:
     fatal_errors: bool = False
     child_budget: float | None = 0.05
     child_turns: int | None = 8
+    faults: bool = True
+    """Whether the embedded scripted server plays the scenario's fault modifiers."""
 
     def metadata(self) -> dict[str, str]:
-        """The recipe as run metadata."""
-        return {_KEY: json.dumps(attrs.asdict(self), sort_keys=True)}
+        """The recipe as run metadata (without :attr:`faults`: never saved)."""
+        saved = attrs.asdict(self)
+        del saved["faults"]
+        return {_KEY: json.dumps(saved, sort_keys=True)}
 
     @classmethod
     def of(cls, state: RunState) -> Recipe:
         """The recipe saved with a run.
+
+        Its demo server plays no faults (``faults=False``).
 
         Raises:
             StateError: the run was not started by the CLI.
@@ -58,7 +71,7 @@ class Recipe:
                 f"run {state.run_id} was not started by the orchestra CLI; resume it from the "
                 "code that started it (Runner.resume)"
             )
-        return cls(**json.loads(raw))
+        return cls(**json.loads(raw), faults=False)
 
     def policy(self) -> ToolPolicy:
         wording = generic_errors if self.errors == "generic" else detailed_errors
@@ -96,8 +109,8 @@ class Recipe:
             return
         from .testing import scripted_server
 
-        async with scripted_server() as url:
-            provider = OpenAIProvider(base_url=url, api_key="scripted")
+        async with scripted_server(faults=self.faults) as url:
+            provider = OpenAIProvider(base_url=url, api_key="scripted", timeout=DEMO_TIMEOUT_S)
             try:
                 yield provider
             finally:

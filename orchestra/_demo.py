@@ -3,6 +3,11 @@
 The root agent's model names the scenario; research scenarios give it a
 ``research`` tool backed by a ``researcher`` child agent (a chain of three
 for ``deep``). Everything runs against the scripted provider.
+
+A scenario may carry fault modifiers, ``plan+429x3`` (see
+:mod:`orchestra.testing._faults`): the root agent's model is the whole name,
+so the scripted provider plays the faults on the root's requests; children
+ask for plain ``researcher``.
 """
 
 from __future__ import annotations
@@ -15,9 +20,18 @@ from ._exceptions import ConfigError
 from ._state import Limits
 from ._tools import Tool
 
-__all__ = ["RESEARCH_SCENARIOS", "SCENARIOS", "demo_agent"]
+__all__ = ["RESEARCH_SCENARIOS", "SCENARIOS", "demo_agent", "parse_scenario"]
 
-SIMPLE_SCENARIOS = ("plan", "runaway", "recover", "permanent", "repeat", "destructive", "slow")
+SIMPLE_SCENARIOS = (
+    "plan",
+    "runaway",
+    "stuck",
+    "recover",
+    "permanent",
+    "repeat",
+    "destructive",
+    "slow",
+)
 RESEARCH_SCENARIOS = ("research", "research_runaway", "deep", "slow_tree")
 SCENARIOS = SIMPLE_SCENARIOS + RESEARCH_SCENARIOS
 
@@ -54,6 +68,26 @@ def _research_tool(directory: Path, child_limits: Limits, policy: ToolPolicy, de
     return researcher.as_tool(name="research", description="Research a question with a sub-agent.")
 
 
+def parse_scenario(name: str) -> tuple[str, tuple[str, ...]]:
+    """``name``'s base scenario and its fault modifiers: ``("plan", ("429x3",))``.
+
+    Raises:
+        ConfigError: the base is not one of :data:`SCENARIOS`, or a modifier is
+            malformed or unknown (the message names the known ones).
+    """
+    from .testing._faults import FaultSpec
+    from .testing._scenarios import ScriptError
+
+    try:
+        spec = FaultSpec.parse(name)
+    except ScriptError as exc:
+        raise ConfigError(exc.message) from None
+    if spec.base not in SCENARIOS:
+        choices = ", ".join(SCENARIOS)
+        raise ConfigError(f"unknown scenario {spec.base!r}; choose one of {choices}")
+    return spec.base, tuple(str(m) for m in spec.modifiers)
+
+
 DEFAULT_LIMITS = Limits(max_turns=20)
 DEFAULT_CHILD_LIMITS = Limits(max_turns=8, max_budget_usd=0.05)
 DEFAULT_POLICY = ToolPolicy()
@@ -67,12 +101,15 @@ def demo_agent(
     child_limits: Limits = DEFAULT_CHILD_LIMITS,
     policy: ToolPolicy = DEFAULT_POLICY,
 ) -> Agent:
-    """The root agent for ``scenario`` over the sandbox ``directory``."""
-    if scenario not in SCENARIOS:
-        raise ConfigError(f"unknown scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
+    """The root agent for ``scenario`` (with any modifiers) over the sandbox ``directory``.
+
+    Raises:
+        ConfigError: ``scenario`` is not a scenario with valid modifiers.
+    """
+    base, _ = parse_scenario(scenario)
     tools = catalog(directory)
-    if scenario in RESEARCH_SCENARIOS:
-        depth = DEEP_LEVELS if scenario == "deep" else 1
+    if base in RESEARCH_SCENARIOS:
+        depth = DEEP_LEVELS if base == "deep" else 1
         tools = (*tools, _research_tool(directory, child_limits, policy, depth))
     return Agent(
         name="assistant",
@@ -81,12 +118,13 @@ def demo_agent(
         tools=tools,
         limits=limits,
         policy=policy,
-        max_tokens=FAN_OUT_MAX_TOKENS if scenario == "slow_tree" else 1024,
+        max_tokens=FAN_OUT_MAX_TOKENS if base == "slow_tree" else 1024,
     )
 
 
 def demo_task(scenario: str, children: int | None = None) -> str:
-    """The user's message for ``scenario``."""
-    if scenario == "slow_tree" and children is not None:
+    """The user's message for ``scenario`` (modifiers do not change it)."""
+    base = scenario.partition("@")[0].split("+")[0]
+    if base == "slow_tree" and children is not None:
         return f"Scan the archives, children={children}."
-    return TASKS.get(scenario, DEFAULT_TASK)
+    return TASKS.get(base, DEFAULT_TASK)

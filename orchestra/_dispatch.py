@@ -3,9 +3,17 @@
 Every call the model makes gets exactly one tool result in the transcript:
 the tool's output, or a sentence saying what the code decided instead
 (malformed arguments, unknown tool, rejected, answered from an identical
-earlier call, failed). Read-only calls run concurrently; writes run one after
-another in the order the model gave them; results enter the transcript
-together, in call order.
+earlier call, failed, timed out). Read-only calls run concurrently; writes
+run one after another in the order the model gave them; results enter the
+transcript together, in call order.
+
+A call runs under its time limit (``Tool.timeout_s``, else the policy's
+``tool_timeout_s``), a cancel scope of its own inside the run's. A read that
+runs out is answered "timed out after N s" and the run goes on; a write that
+runs out may or may not have taken effect, so it is treated like a write a
+crash cut short: no result, the run stops ``interrupted``/``unknown_outcome``
+until a human approves running it again or rejects it (an idempotent write
+runs again on resume, with the same idempotency key).
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from typing import Any
 import attrs
 import trio
 
+from ._redact import redact
 from ._run import ChildWaiting, Exit, LiveRun
 from ._state import Interruption, InterruptionKind, RunState, Status, Usage
 from ._tools import Tool, ToolContext, ToolInputError, bound_result
@@ -268,7 +277,13 @@ def stop_for_human(run: LiveRun, interruption: Interruption) -> None:
         )
 
 
-def _context(run: LiveRun, call: Call, started: float) -> ToolContext:
+def time_limit(run: LiveRun, tool: Tool) -> float:
+    """Seconds ``tool`` may run per call (``inf``: no limit)."""
+    limit = tool.timeout_s if tool.timeout_s is not None else run.agent.policy.tool_timeout_s
+    return float("inf") if limit is None else limit
+
+
+def _context(run: LiveRun, call: Call, started: float, limit: float) -> ToolContext:
     def progress(label: str) -> None:
         elapsed = (trio.current_time() - started) * 1000
         run.emit(
@@ -286,6 +301,7 @@ def _context(run: LiveRun, call: Call, started: float) -> ToolContext:
         tool=call.tool.name,
         idempotency_key=idempotency_key(run, call.id),
         max_result_bytes=run.agent.policy.max_result_bytes,
+        timeout_s=None if limit == float("inf") else limit,
         progress=progress,
         spawn=spawn,
     )
@@ -314,7 +330,12 @@ def _mark_started(run: LiveRun, call: Call) -> None:
 
 
 async def run_call(run: LiveRun, call: Call) -> None:
-    """Run one tool call and record its result (or the run's failure).
+    """Run one tool call, within its time limit, and record its result (or the
+    run's stop).
+
+    Cancellation: a checkpoint. The call's own scope stops it at its time
+    limit (see the module docstring); a cancel of the run goes on up, with no
+    result recorded (a write is then in doubt).
 
     Raises:
         LeaseLost: the started marker of a write could not be saved: the
@@ -322,31 +343,84 @@ async def run_call(run: LiveRun, call: Call) -> None:
     """
     _mark_started(run, call)
     run.emit("tool_start", tool=call.tool.name, call_id=call.id, args=call.arguments)
-    started = trio.current_time()
-    exit_: Exit | None = None
-    try:
-        text, ok = await call.tool.run(call.arguments, _context(run, call, started)), True
-    except ChildWaiting as waiting:  # a descendant stopped for a human: so does this run
-        stop_for_human(run, waiting.interruption)
+    started, limit = trio.current_time(), time_limit(run, call.tool)
+    outcome: Outcome | None = None
+    with trio.move_on_after(limit) as scope:
+        outcome = await _outcome(run, call, _context(run, call, started, limit))
+    if isinstance(outcome, Interruption):  # a descendant stopped for a human: so does this run
+        stop_for_human(run, outcome)
         return
-    except Exception as exc:  # a tool's failure is data (trio.Cancelled is not an Exception)
-        text, ok, exit_ = _on_error(run, call, exc)
-    ms = (trio.current_time() - started) * 1000
+    ms = round((trio.current_time() - started) * 1000, 1)
     run.charge(Usage(tool_runs=1))
-    run.emit("tool_result", tool=call.tool.name, call_id=call.id, ms=round(ms, 1), ok=ok)
+    if outcome is None or scope.cancelled_caught:
+        _timed_out(run, call, limit, ms)
+        return
+    text, ok, exit_ = outcome
+    run.emit("tool_result", tool=call.tool.name, call_id=call.id, ms=ms, ok=ok)
     record_result(run, call.id, text)
     if exit_ is not None and run.state.status is Status.RUNNING:
         run.finish(exit_)
 
 
+Outcome = tuple[str, bool, Exit | None] | Interruption
+"""A finished call: its result text, whether it succeeded, the run's exit if
+that is fatal; or the wait for a human a child run stopped on."""
+
+
+async def _outcome(run: LiveRun, call: Call, ctx: ToolContext) -> Outcome:
+    """Run the tool; a failure becomes data (``trio.Cancelled`` is not an Exception)."""
+    try:
+        return await call.tool.run(call.arguments, ctx), True, None
+    except ChildWaiting as waiting:
+        return waiting.interruption
+    except Exception as exc:
+        return _on_error(run, call, exc)
+
+
+def _timed_out(run: LiveRun, call: Call, limit: float, ms: float) -> None:
+    """A read that ran out of time is answered so; a write is in doubt: stop for a human."""
+    name, read_only = call.tool.name, call.tool.read_only
+    run.emit(
+        "tool_result",
+        tool=name,
+        call_id=call.id,
+        ms=ms,
+        ok=False,
+        timed_out=True,
+        in_doubt=not read_only,
+    )
+    if read_only:
+        text = f"Error: {name} timed out after {limit:g} s and was stopped; it returned nothing."
+        record_result(run, call.id, text)
+        return
+    retry = (
+        "resume to run it again with the same idempotency key"
+        if call.tool.idempotent
+        else "approve to run it again"
+    )
+    reason = (
+        f"{name} timed out after {limit:g} s and its outcome is unknown (it may or may "
+        f"not have taken effect); {retry}, or reject saying what happened"
+    )
+    stop_for_human(run, _waiting(run, call, InterruptionKind.UNKNOWN_OUTCOME, reason))
+
+
 def _on_error(run: LiveRun, call: Call, exc: Exception) -> tuple[str, bool, Exit | None]:
-    """The failed call's result text, and the run's exit if the policy makes it fatal."""
+    """The failed call's result text, and the run's exit if the policy makes it fatal.
+
+    Both are redacted of secrets (a tool's error may quote a key or a header).
+    """
     policy = run.agent.policy
-    text = bound_result(policy.error_text(call.tool.name, exc), policy.max_result_bytes)
+    text = bound_result(redact(policy.error_text(call.tool.name, exc)), policy.max_result_bytes)
+    message = redact(str(exc))
     if isinstance(exc, policy.permanent_errors):
-        why = f"{call.tool.name} failed in a way retrying cannot fix: {exc}"
+        why = f"{call.tool.name} failed in a way retrying cannot fix: {message}"
     elif policy.fatal_errors:
-        why = f"{call.tool.name} failed: {exc}"
+        why = f"{call.tool.name} failed: {message}"
     else:
         return text, False, None
-    return text, False, Exit(status=Status.FAILED, reason=why, error=f"{type(exc).__name__}: {exc}")
+    return (
+        text,
+        False,
+        Exit(status=Status.FAILED, reason=why, error=f"{type(exc).__name__}: {message}"),
+    )

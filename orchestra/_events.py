@@ -1,7 +1,13 @@
 """The event stream: one JSON object per line, the run id on every line.
 
-Event types: ``run_started``, ``model_request``, ``turn``, ``tool_start``,
-``tool_progress``, ``tool_result``, ``approval_required``, ``run_stopped``.
+Event types: ``run_started``, ``model_request``, ``model_retry``, ``turn``,
+``tool_start``, ``tool_progress``, ``tool_result`` (with ``timed_out`` and
+``in_doubt`` when a call ran out of time), ``approval_required``,
+``run_stopped``.
+
+Every string in an event's data is redacted when the event is made (API keys,
+``Authorization`` values, key shapes: see :mod:`orchestra._redact`), so no
+sink, store or tracer ever sees a secret.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from collections.abc import Callable
 from typing import IO, Any
 
 import attrs
+
+from ._redact import redact_data
 
 __all__ = ["Event", "EventSink", "JsonlSink", "fanout"]
 
@@ -26,7 +34,7 @@ class Event:
     root_id: str
     parent_id: str | None
     at: float
-    data: dict[str, Any] = attrs.field(factory=dict)
+    data: dict[str, Any] = attrs.field(factory=dict, converter=redact_data)
 
     def to_dict(self) -> dict[str, Any]:
         """The event as one flat JSON object."""

@@ -205,6 +205,7 @@ async def execute(run: LiveRun) -> None:
         resumed=run.state.turns > 0,
         limits=attrs.asdict(run.state.limits),
     )
+    _warn_about_price(run)
     run.checkpoint()
     run.runner.register(run)
     started = trio.current_time()
@@ -220,6 +221,13 @@ async def execute(run: LiveRun) -> None:
         run.runner.unregister(run)
         if run.state.status is Status.RUNNING:
             run.finish(stopped_exit(run))
+
+
+def _warn_about_price(run: LiveRun) -> None:
+    budgeted = any(node.state.limits.budget_pico is not None for node in run.lineage())
+    warning = run.runner.prices.warning(run.state.model, budgeted=budgeted)
+    if warning is not None:
+        run.emit("price_warning", model=run.state.model, message=warning)
 
 
 def _internal_error(exc: Exception) -> Exit:

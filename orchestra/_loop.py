@@ -14,20 +14,24 @@ from typing import Any
 import attrs
 import trio
 
-from ._budget import Grant, check_turns, reserve, settle
-from ._dispatch import dispatch, flush_results, pending_calls
+from ._budget import Grant, check_turns, overspent_reason, reserve, settle
+from ._dispatch import dispatch, flush_results, pending_calls, record_result
 from ._exceptions import ProviderError
+from ._margin import Margin
 from ._money import to_usd
 from ._provider import ChatReply, ChatRequest
 from ._retry import complete_with_retries
 from ._run import Exit, LiveRun
 from ._state import Interruption, InterruptionKind, RunState, Status, Usage
+from ._stops import check_stops
 
 __all__ = ["drive"]
 
 
 async def drive(run: LiveRun) -> None:
     """Run until the state leaves ``running``.
+
+    After each step the stop conditions are checked (:mod:`orchestra._stops`).
 
     Cancellation: a checkpoint at every model call and tool run. On cancel the
     state is as of the last completed step; the caller records the exit.
@@ -39,6 +43,20 @@ async def drive(run: LiveRun) -> None:
             await dispatch(run, pending)
         else:
             await model_step(run)
+        if run.state.status is Status.RUNNING:
+            flush_results(run)
+            if (stop := check_stops(run)) is not None:
+                run.finish(stop)
+
+
+@attrs.frozen(kw_only=True)
+class _Ask:
+    """One model call being made: the request, our count of it, its reservation."""
+
+    request: ChatRequest
+    prompt_tokens: int
+    margin: Margin
+    grant: Grant
 
 
 async def model_step(run: LiveRun) -> None:
@@ -47,28 +65,32 @@ async def model_step(run: LiveRun) -> None:
         model=run.state.model, messages=run.state.messages, tools=run.agent.tool_specs()
     )
     prompt_tokens = run.counter.count(request.messages, request.tools)
-    gate = check_turns(run) or reserve(run, prompt_tokens, run.runner.prompt_margin)
+    margin = run.runner.margin_for(request.model)
+    gate = check_turns(run) or reserve(run, prompt_tokens, len(request.messages), margin)
     if isinstance(gate, Exit):
         run.finish(gate)
         return
-    called = await _call(run, request, gate, prompt_tokens)
+    ask = _Ask(request=request, prompt_tokens=prompt_tokens, margin=margin, grant=gate)
+    called = await _call(run, ask)
     if called is not None:
         record_reply(run, *called, gate)
 
 
-async def _call(
-    run: LiveRun, request: ChatRequest, grant: Grant, prompt_tokens: int
-) -> tuple[ChatReply, Usage] | None:
+async def _call(run: LiveRun, ask: _Ask) -> tuple[ChatReply, Usage] | None:
+    """Ask the model (with retries); settle the reservation whatever happens."""
     run.emit(
         "model_request",
         turn=run.state.turns + 1,
-        model=request.model,
-        prompt_tokens=prompt_tokens,
-        max_tokens=grant.max_tokens,
+        model=ask.request.model,
+        prompt_tokens=ask.prompt_tokens,
+        reserved_prompt_tokens=ask.grant.prompt,
+        max_tokens=ask.grant.max_tokens,
     )
     reply: ChatReply | None = None
     usage = Usage()
-    sized = attrs.evolve(request, messages=list(request.messages), max_tokens=grant.max_tokens)
+    sized = attrs.evolve(
+        ask.request, messages=list(ask.request.messages), max_tokens=ask.grant.max_tokens
+    )
     try:
         reply = await complete_with_retries(
             partial(run.runner.provider.complete, sized),
@@ -79,8 +101,17 @@ async def _call(
     except ProviderError as exc:
         run.finish(_provider_exit(run, exc))
     finally:
-        usage = settle(run, grant, reply)
-    return None if reply is None else (reply, usage)
+        usage = settle(run, ask.grant, reply, ask.margin)
+    if reply is None:
+        return None
+    if reply.usage_reported:
+        run.runner.observe_prompt(
+            ask.request.model,
+            ours=ask.prompt_tokens,
+            theirs=reply.prompt_tokens,
+            messages=len(ask.request.messages),
+        )
+    return reply, usage
 
 
 def _retrying(run: LiveRun, attempt: int, error: ProviderError) -> None:
@@ -103,22 +134,46 @@ def _provider_exit(run: LiveRun, exc: ProviderError) -> Exit:
 
 
 def record_reply(run: LiveRun, reply: ChatReply, usage: Usage, grant: Grant) -> None:
-    """Append the reply, emit ``turn``, save; end the run if it is an answer."""
+    """Append the reply, emit ``turn``, save; then end the run or leave its calls pending.
+
+    The run ends if the tree spent past a budget (``budget_exceeded``, saying
+    by how much, never ``completed``) or if the reply is an answer. A reply cut
+    at ``max_tokens`` is never dispatched: its calls may be incomplete.
+    """
     state = run.state
     state.messages.append(unique_call_ids(state, reply.message))
     run.emit("turn", turn=state.turns, **_turn_fields(run, reply, usage))
     run.checkpoint()
-    if reply.tool_calls:
-        return
-    if reply.finish_reason == "length" and grant.shrunk:
-        run.finish(
-            Exit(
-                status=Status.BUDGET_EXCEEDED,
-                reason=(f"the reply was cut at {grant.max_tokens} tokens to stay within budget"),
-            )
-        )
+    over = run.overspent()
+    if over is not None:
+        run.finish(Exit(status=Status.BUDGET_EXCEEDED, reason=overspent_reason(run, *over)))
+    elif reply.finish_reason == "length":
+        _cut_reply(run, reply, grant)
+    elif not reply.tool_calls:
+        run.finish(Exit(status=Status.COMPLETED, reason="answered"))
+
+
+def _cut_reply(run: LiveRun, reply: ChatReply, grant: Grant) -> None:
+    """A reply that hit ``max_tokens``: budget_exceeded if the budget cut it, an
+    answer if it is prose, else its calls are answered in words, not run."""
+    if grant.shrunk:
+        reason = f"the reply was cut at {grant.max_tokens} tokens to stay within budget"
+        run.finish(Exit(status=Status.BUDGET_EXCEEDED, reason=reason))
+    elif not reply.tool_calls:
+        run.finish(Exit(status=Status.COMPLETED, reason="answered (cut at max_tokens)"))
     else:
-        run.finish(Exit(status=Status.COMPLETED, reason=_completion_reason(reply)))
+        text = CUT_CALL.format(max_tokens=grant.max_tokens)
+        for call in reply.tool_calls:
+            record_result(run, call["id"], text, save=False)
+        run.checkpoint()
+
+
+CUT_CALL = (
+    "Error: not run. Your reply was cut at max_tokens ({max_tokens} tokens), so this call "
+    "may be incomplete. Nothing was run; send the call again, with shorter arguments or "
+    "fewer calls per reply."
+)
+"""The result of each tool call in a reply cut at ``max_tokens``."""
 
 
 def unique_call_ids(state: RunState, message: dict[str, Any]) -> dict[str, Any]:
@@ -153,20 +208,15 @@ def _fresh_id(base: str, used: set[Any]) -> str:
     return candidate
 
 
-def _completion_reason(reply: ChatReply) -> str:
-    if reply.finish_reason == "length":
-        return "answered (cut at max_tokens)"
-    return "answered"
-
-
 def _turn_fields(run: LiveRun, reply: ChatReply, usage: Usage) -> dict[str, Any]:
     return {
-        "prompt_tokens": reply.prompt_tokens,
-        "completion_tokens": reply.completion_tokens,
-        "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.tokens,
         "call_cost_usd": to_usd(usage.cost_pico),
         "cost_usd": to_usd(run.state.own.cost_pico),
         "tree_cost_usd": to_usd(run.state.tree.cost_pico),
         "finish": reply.finish_reason,
         "tool_calls": [c["function"]["name"] for c in reply.tool_calls],
+        "usage_reported": reply.usage_reported,
     }

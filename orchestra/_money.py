@@ -72,6 +72,28 @@ class PriceTable:
 
     default: Price = Price()
     models: Mapping[str, Price] = attrs.field(factory=dict)
+    warn_unknown: bool = True
+    """Warn (a ``price_warning`` event) when a run's model is priced at the default."""
 
     def __getitem__(self, model: str) -> Price:
         return self.models.get(model, self.default)
+
+    def warning(self, model: str, *, budgeted: bool) -> str | None:
+        """What is doubtful about pricing ``model``, if anything.
+
+        A model with no entry is priced at the default (said, so that nobody
+        mistakes an assumed price for a real one); a zero price makes a USD
+        budget unable to stop anything (``budgeted``: the run has one).
+        """
+        price = self[model]
+        if budgeted and (price.input_pico == 0 or price.output_pico == 0):
+            return (
+                f"model {model!r} has a zero price: the USD budget cannot bound its spend; "
+                "set a token budget (max_tokens_total) instead"
+            )
+        if self.warn_unknown and model not in self.models:
+            return (
+                f"no price for model {model!r}: assuming ${price.input_per_million:.2f} in / "
+                f"${price.output_per_million:.2f} out per million tokens"
+            )
+        return None

@@ -18,7 +18,9 @@ Spans are built from the run's events on the trio thread, through any
 OpenTelemetry ``TracerProvider``: the SDK's (sampling, custom processors) or
 :func:`configure_otlp`'s lean one, which records spans as plain data and
 exports them from a child process. Message contents and
-tool arguments are recorded only with ``capture_content=True``.
+tool arguments are recorded only with ``capture_content=True``. Stop reasons
+and error texts are redacted of secrets (events already are; see
+:mod:`orchestra._redact`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from ._events import Event
 from ._otlp_child import protocol_name
+from ._redact import redact
 from ._run import LiveRun
 from ._spans import RecordingTracerProvider
 from ._state import Usage
@@ -147,13 +150,13 @@ class OTelTracer:
         self._contexts.pop(state.run_id, None)
         if span is None:
             return
-        span.set_attributes(self._spent(run))
+        reason = redact(state.reason)
+        span.set_attributes({**self._spent(run), "orchestra.stop_reason": reason})
         span.add_event(
-            "run_stopped",
-            {"orchestra.status": state.status.value, "orchestra.stop_reason": state.reason},
+            "run_stopped", {"orchestra.status": state.status.value, "orchestra.stop_reason": reason}
         )
         if why is not None:
-            _end_with_error(span, why, state.reason)
+            _end_with_error(span, why, reason)
         else:
             span.end()
 
@@ -164,7 +167,6 @@ class OTelTracer:
         own, tree = state.own - own0, state.tree - tree0
         return {
             "orchestra.status": state.status.value,
-            "orchestra.stop_reason": state.reason,
             "orchestra.cost_usd": own.cost_usd,
             "orchestra.tree_cost_usd": tree.cost_usd,
             "orchestra.turns": own.model_calls,
@@ -269,7 +271,7 @@ class OTelTracer:
         elif d.get("ok"):
             span.end()
         else:
-            _end_with_error(span, "tool_error")
+            _end_with_error(span, "timeout" if d.get("timed_out") else "tool_error")
 
 
 def _ids(run: LiveRun) -> dict[str, str]:
@@ -287,7 +289,7 @@ def _stop_error(run: LiveRun) -> str | None:
     if state.interruption is not None and state.interruption.kind.value == "cancelled":
         return "cancelled"
     if state.status.value == "failed":
-        return (state.error or "failed").split(":", 1)[0].split("\n", 1)[0][:80] or "failed"
+        return redact(state.error or "failed").split(":", 1)[0].split("\n", 1)[0][:80] or "failed"
     return None
 
 

@@ -13,6 +13,11 @@ nothing is charged for a reply that never arrived.
 A reply is data from outside: :func:`parse_reply` refuses one whose usage is
 not a plausible token count, or that is nested too deeply to decode, with
 :class:`ProviderReplyError` rather than letting it reach the books.
+
+Secrets: no error this module raises holds the API key, an ``Authorization``
+value or a key-shaped string, even when the server echoed one back (see
+:mod:`orchestra._redact`); the key is also registered for redaction
+everywhere the process writes.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ import attrs
 import httpx
 
 from ._exceptions import ConfigError, ProviderHTTPError, ProviderReplyError
+from ._recover import declared_names, recover_tool_calls
+from ._redact import excerpt, redact, register
 
 __all__ = ["ChatReply", "ChatRequest", "OpenAIProvider", "Provider"]
 
@@ -62,6 +69,8 @@ class ChatReply:
     finish_reason: str
     prompt_tokens: int
     completion_tokens: int
+    usage_reported: bool = True
+    """False when the server sent no usage: the counts are 0 and the caller estimates."""
 
     @property
     def tool_calls(self) -> list[dict[str, Any]]:
@@ -87,6 +96,10 @@ class OpenAIProvider:
     ``base_url`` and ``api_key`` default to ``OPENAI_BASE_URL`` (or
     ``LLM_BASE_URL``) and ``OPENAI_API_KEY``. ``transport`` lets tests plug in
     an in-process transport such as ``orchestra.testing.ScriptedTransport``.
+
+    ``recover_tool_calls=True`` reads tool calls a model wrote into its
+    content as JSON (bare, fenced or in ``<tool_call>`` tags) back into
+    ``tool_calls`` when they name a declared tool (see :mod:`orchestra._recover`).
     """
 
     def __init__(
@@ -96,30 +109,61 @@ class OpenAIProvider:
         api_key: str | None = None,
         timeout: float = 120.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        recover_tool_calls: bool = False,
     ) -> None:
         url = base_url or _env_base_url()
         if not url:
             raise ConfigError("no base URL: pass base_url= or set OPENAI_BASE_URL")
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
+        register(key)
+        self._key = key
+        self._recover = recover_tool_calls
         self.base_url = url.rstrip("/")
         self._client = httpx.AsyncClient(
             base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
         )
 
     async def complete(self, request: ChatRequest) -> ChatReply:
-        """POST the request and parse the reply (see :class:`Provider`)."""
+        """POST the request and parse the reply (see :class:`Provider`).
+
+        Raises:
+            ProviderHTTPError: transport failure or a non-2xx status.
+            ProviderReplyError: a 2xx body that is not a chat completion.
+            Neither message holds a secret (see the module docstring).
+        """
         try:
             response = await self._client.post("/chat/completions", json=request.payload())
         except httpx.HTTPError as exc:
-            raise ProviderHTTPError(f"request to {self.base_url} failed: {exc!r}") from exc
+            raise ProviderHTTPError(
+                self._scrub(f"request to {self.base_url} failed: {exc!r}")
+            ) from exc
         if response.status_code >= 400:
             raise ProviderHTTPError(
-                f"{self.base_url} answered {response.status_code}: {_error_text(response)}",
+                self._scrub(
+                    f"{self.base_url} answered {response.status_code}: {_error_text(response)}"
+                ),
                 status_code=response.status_code,
                 retry_after=retry_after(response.headers.get("retry-after")),
             )
-        return parse_reply(response)
+        try:
+            reply = parse_reply(response)
+        except ProviderReplyError as exc:
+            raise ProviderReplyError(self._scrub(str(exc))) from None
+        return self._recovered(reply, request)
+
+    def _scrub(self, text: str) -> str:
+        """``text`` without this provider's key or anything shaped like a credential."""
+        return redact(text, self._key)
+
+    def _recovered(self, reply: ChatReply, request: ChatRequest) -> ChatReply:
+        """``reply`` with the tool calls written in its content, when recovery is on."""
+        if not self._recover or reply.tool_calls:
+            return reply
+        message = recover_tool_calls(reply.message, declared_names(request.tools))
+        if message is None:
+            return reply
+        return attrs.evolve(reply, message=message, finish_reason="tool_calls")
 
     async def aclose(self) -> None:
         """Close the connection pool."""
@@ -156,7 +200,7 @@ def _error_text(response: httpx.Response) -> str:
     try:
         return str(response.json()["error"]["message"])
     except (ValueError, KeyError, TypeError, RecursionError):
-        return response.text[:300]
+        return excerpt(response.text, 300)
 
 
 def parse_reply(response: httpx.Response) -> ChatReply:
@@ -164,27 +208,37 @@ def parse_reply(response: httpx.Response) -> ChatReply:
 
     Raises:
         ProviderReplyError: the body is not a chat completion, or its usage is
-            not a whole number of tokens between 0 and ``MAX_REPLY_TOKENS``.
+            not a whole number of tokens between 0 and ``MAX_REPLY_TOKENS``
+            (a reply with no ``usage`` at all is accepted, ``usage_reported=False``).
     """
     try:
         body = response.json()
         choice = body["choices"][0]
-        message, usage = choice["message"], body["usage"]
+        usage = body.get("usage")
         reply = ChatReply(
-            message=_clean_message(message),
+            message=_clean_message(choice["message"]),
             finish_reason=str(choice.get("finish_reason") or "stop"),
             prompt_tokens=_token_count(usage, "prompt_tokens"),
             completion_tokens=_token_count(usage, "completion_tokens"),
+            usage_reported=usage is not None,
         )
     except RecursionError:
         raise ProviderReplyError("not a chat completion: the reply is nested too deeply") from None
     except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise ProviderReplyError(f"not a chat completion ({exc!r}): {response.text[:300]}") from exc
+        raise ProviderReplyError(
+            f"not a chat completion ({exc!r}): {excerpt(response.text, 300)}"
+        ) from exc
     return reply
 
 
-def _token_count(usage: Mapping[str, Any], field: str) -> int:
-    """``usage[field]``, which must be an integer from 0 to ``MAX_REPLY_TOKENS``."""
+def _token_count(usage: Mapping[str, Any] | None, field: str) -> int:
+    """``usage[field]``, which must be an integer from 0 to ``MAX_REPLY_TOKENS``.
+
+    0 when the reply has no usage at all (some servers omit it): the loop
+    then estimates the call's cost from its reservation.
+    """
+    if usage is None:
+        return 0
     value = usage[field]
     if type(value) is not int or not 0 <= value <= MAX_REPLY_TOKENS:
         raise ProviderReplyError(

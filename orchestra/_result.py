@@ -66,6 +66,8 @@ class RunResult:
             "cost_usd": round(self.cost_usd, 9),
             "tree_cost_usd": round(self.tree_cost_usd, 9),
             "budget_usd": s.limits.max_budget_usd,
+            "tree_tokens": s.tree.tokens,
+            "budget_tokens": s.limits.max_tokens_total,
             "answer": self.answer,
             "children": [c.summary() for c in self.children],
         }

@@ -20,6 +20,7 @@ from ._agent import Agent
 from ._events import Event
 from ._exceptions import LeaseLost
 from ._money import to_usd
+from ._redact import redact
 from ._state import Interruption, RunState, Status, Usage
 from ._tokens import MessageCounter
 
@@ -63,6 +64,7 @@ class LiveRun:
     counter: MessageCounter = attrs.Factory(MessageCounter)
     reserved_pico: int = 0
     reserved_turns: int = 0
+    reserved_tokens: int = 0
     scope: trio.CancelScope | None = None
     cancel_reason: str | None = None
     events: list[dict[str, Any]] = attrs.Factory(list)
@@ -100,6 +102,28 @@ class LiveRun:
         ]
         return min(left) if left else None
 
+    def available_tokens(self) -> int | None:
+        """Tokens this run may still commit under its and its ancestors' token budgets."""
+        left = [
+            budget - node.state.tree.tokens - node.reserved_tokens
+            for node in self.lineage()
+            if (budget := node.state.limits.max_tokens_total) is not None
+        ]
+        return min(left) if left else None
+
+    def overspent(self) -> tuple[LiveRun, str] | None:
+        """The first run of the lineage whose tree spent past a budget, and by how much."""
+        for node in self.lineage():
+            limits, tree = node.state.limits, node.state.tree
+            budget = limits.budget_pico
+            if budget is not None and tree.cost_pico > budget:
+                over = to_usd(tree.cost_pico - budget)
+                return node, f"${to_usd(tree.cost_pico):.6f} spent, ${over:.6f} over"
+            cap = limits.max_tokens_total
+            if cap is not None and tree.tokens > cap:
+                return node, f"{tree.tokens} tokens spent, {tree.tokens - cap} over"
+        return None
+
     def available_turns(self) -> tuple[int, LiveRun] | None:
         """Model calls still allowed, and the run whose limit is tightest."""
         left = [
@@ -109,11 +133,12 @@ class LiveRun:
         ]
         return min(left, key=lambda pair: pair[0]) if left else None
 
-    def reserve(self, pico: int, turns: int) -> None:
-        """Hold ``pico`` and ``turns`` against this run and every ancestor."""
+    def reserve(self, pico: int, turns: int, tokens: int = 0) -> None:
+        """Hold ``pico``, ``turns`` and ``tokens`` against this run and every ancestor."""
         for node in self.lineage():
             node.reserved_pico += pico
             node.reserved_turns += turns
+            node.reserved_tokens += tokens
 
     # -- recording -----------------------------------------------------------
 
@@ -158,8 +183,8 @@ class LiveRun:
         s = self.state
         s.status, s.reason, s.error, s.interruption = (
             exit_.status,
-            exit_.reason,
-            exit_.error,
+            redact(exit_.reason),
+            None if exit_.error is None else redact(exit_.error),
             exit_.interruption,
         )
         self.emit(

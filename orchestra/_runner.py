@@ -29,11 +29,11 @@ import trio
 
 from ._agent import Agent
 from ._approval import approve, reject
-from ._budget import Margin
 from ._cancelled import cancelled_unwrapped
 from ._events import Event, EventSink
 from ._exceptions import LeaseError, LeaseLost, StateError
 from ._execute import execute, load_live, new_state, reopen, result_of, spawn_child
+from ._margin import Calibration, Margin, provider_key
 from ._money import PriceTable
 from ._provider import Provider
 from ._result import RunResult
@@ -87,7 +87,11 @@ class Runner:
         prices: USD per million tokens, by model.
         store: where states are saved after every step.
         sink: receives every event (e.g. a :class:`JsonlSink`).
-        prompt_margin: slack on our prompt count when reserving budget.
+        prompt_margin: the least slack on our prompt count when reserving budget;
+            combined with what ``calibration`` learnt (the larger of each field).
+        calibration: the prompt-count gaps learnt per (provider, model); before
+            the first reply of a pair its ``first`` margin (twice our count plus
+            256 tokens) is used.
         poll_interval: how often a root run checks the store for cancel requests.
         retry: how model calls are retried after transient provider failures.
         lease_ttl: seconds a tree's lease lasts unless renewed (the watcher renews
@@ -100,6 +104,7 @@ class Runner:
     store: Store = attrs.Factory(MemoryStore)
     sink: EventSink | None = None
     prompt_margin: Margin = Margin()
+    calibration: Calibration = attrs.Factory(Calibration)
     poll_interval: float = 0.05
     lease_ttl: float = LEASE_TTL
     retry: RetryPolicy = RetryPolicy()
@@ -115,6 +120,17 @@ class Runner:
             self._clock_origin = (time.time(), trio.current_time())
         wall, trio0 = self._clock_origin
         return wall + trio.current_time() - trio0
+
+    def margin_for(self, model: str) -> Margin:
+        """The prompt margin for the next call of ``model``."""
+        learnt = self.calibration.margin(provider_key(self.provider), model)
+        return learnt.widened(self.prompt_margin)
+
+    def observe_prompt(self, model: str, *, ours: int, theirs: int, messages: int) -> None:
+        """Learn how the provider counts ``model``'s prompts (see :class:`Calibration`)."""
+        self.calibration.observe(
+            provider_key(self.provider), model, ours=ours, theirs=theirs, messages=messages
+        )
 
     def emit(self, run: LiveRun, event: Event) -> None:
         """Send an event to the sink now, and to the store with the run's next save."""

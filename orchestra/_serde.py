@@ -1,4 +1,9 @@
-"""Run state to JSON and back, losslessly, with a schema version check."""
+"""Run state to JSON and back, losslessly, with a schema version check.
+
+Saved reasons and errors (the run's, its interruption's) are redacted of
+secrets on the way out (see :mod:`orchestra._redact`); transcripts are passed
+through as they are.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import cattrs
 import orjson
 
 from ._exceptions import SchemaVersionError, StateError
+from ._redact import redact
 from ._state import SCHEMA_VERSION, RunState
 
 __all__ = ["state_from_dict", "state_from_json", "state_to_dict", "state_to_json"]
@@ -18,9 +24,19 @@ _converter.register_unstructure_hook_func(lambda t: t == list[dict[str, Any]], l
 
 
 def state_to_dict(state: RunState) -> dict[str, Any]:
-    """The state as plain JSON-able data."""
+    """The state as plain JSON-able data (reasons and errors redacted)."""
     data: dict[str, Any] = _converter.unstructure(state)
+    _redact_fields(data)
+    if isinstance(data.get("interruption"), dict):
+        _redact_fields(data["interruption"])
     return data
+
+
+def _redact_fields(holder: dict[str, Any]) -> None:
+    """Redact ``holder``'s ``reason`` and ``error`` strings in place."""
+    for key in ("reason", "error"):
+        if isinstance(holder.get(key), str):
+            holder[key] = redact(holder[key])
 
 
 def state_to_json(state: RunState) -> str:

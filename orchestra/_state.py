@@ -80,6 +80,10 @@ class InterruptionKind(enum.StrEnum):
     UNKNOWN_OUTCOME = "unknown_outcome"
     PROVIDER_UNAVAILABLE = "provider_unavailable"
     """The model endpoint kept failing with transient errors; resume later."""
+    NO_PROGRESS = "no_progress"
+    """The same tool call kept getting the same result (``Agent.no_progress_after``)."""
+    STOP_CONDITION = "stop_condition"
+    """A predicate of ``Agent.stop_when`` asked the run to stop."""
 
     @property
     def waits_for_human(self) -> bool:
@@ -137,6 +141,11 @@ class Usage:
         """Cost in dollars."""
         return to_usd(self.cost_pico)
 
+    @property
+    def tokens(self) -> int:
+        """Prompt plus completion tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
 
 _USAGE_FIELDS = tuple(a.name for a in attrs.fields(Usage))
 
@@ -146,18 +155,22 @@ class Limits:
     """What a run may use. ``None`` means unbounded (within its ancestors' limits).
 
     ``max_budget_usd`` bounds the run's *tree* spend (its own calls and every
-    descendant's). ``timeout_s`` is relative to the run's start and is turned
-    into an absolute ``deadline`` (wall-clock seconds since the epoch) when the
-    run starts, so it survives a restart.
+    descendant's); ``max_tokens_total`` bounds its tree's prompt plus
+    completion tokens the same way (a second budget that needs no prices).
+    Both are enforced before each call and carved down the tree.
+    ``timeout_s`` is relative to the run's start and is turned into an absolute
+    ``deadline`` (wall-clock seconds since the epoch) when the run starts, so it
+    survives a restart.
     """
 
     max_turns: int | None = None
     max_budget_usd: float | None = None
     timeout_s: float | None = None
     deadline: float | None = None
+    max_tokens_total: int | None = None
 
     def __attrs_post_init__(self) -> None:
-        for name in ("max_turns", "max_budget_usd", "timeout_s"):
+        for name in ("max_turns", "max_budget_usd", "timeout_s", "max_tokens_total"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ConfigError(f"Limits.{name} must be >= 0, got {value}")

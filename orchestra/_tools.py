@@ -7,7 +7,11 @@ runs; a bad call never reaches it.
 Cancellation: a tool runs inside its run's cancel scope. An ``async`` tool is
 cancelled at its next checkpoint (``await trio.sleep``, I/O...), so a slow or
 waiting tool stops at once when its run is cancelled or hits its deadline. A
-plain (sync) function cannot be interrupted; keep sync tools quick.
+plain (sync) function runs on the trio thread and cannot be interrupted (keep
+it quick) unless its call has a time limit (``timeout_s``): then it runs in a
+worker thread that is *abandoned* on a cancel or a timeout. A thread cannot be
+killed: it runs on to its end in the background and what it returns is
+dropped.
 
 Hostile input and output: an argument string above ``MAX_ARGUMENT_BYTES`` or
 nested deeper than ``MAX_ARGUMENT_DEPTH`` is refused before it is decoded (so
@@ -24,10 +28,12 @@ import re
 import types
 import typing
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any, Literal
 
 import attrs
 import jsonschema
+import trio
 
 from ._exceptions import ConfigError
 
@@ -52,7 +58,8 @@ class ToolContext:
     ``idempotency_key`` is stable for one logical call (same run, same call id)
     across retries and processes: pass it to a service that deduplicates writes.
     ``max_result_bytes`` bounds the text :meth:`Tool.run` returns (see
-    :func:`bound_result`).
+    :func:`bound_result`). ``timeout_s`` is the call's time limit, if it has
+    one (a sync tool then runs in a worker thread).
     """
 
     run_id: str
@@ -60,6 +67,7 @@ class ToolContext:
     tool: str
     idempotency_key: str
     max_result_bytes: int = DEFAULT_RESULT_BYTES
+    timeout_s: float | None = None
     _progress: Callable[[str], None] = attrs.field(alias="progress", default=lambda _l: None)
     _spawn: Callable[..., Awaitable[str]] | None = attrs.field(alias="spawn", default=None)
 
@@ -86,6 +94,18 @@ class ToolInputError(Exception):
     """The model's call could not be turned into valid arguments (internal)."""
 
 
+def check_timeout(what: str, value: float | None) -> None:
+    """Refuse a time limit that is not a number of seconds above 0 (``inf``: none).
+
+    Raises:
+        ConfigError: naming ``what`` and the value.
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigError(f"{what} must be a number of seconds > 0 (or None), got {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class Tool:
     """A tool the model may call.
@@ -93,6 +113,10 @@ class Tool:
     ``read_only`` tools may run concurrently, be deduplicated and be re-run
     after a crash; anything else is a write: run in order, never cached, and
     in doubt after a crash unless ``idempotent``.
+
+    ``timeout_s`` bounds one call (``None``: the policy's ``tool_timeout_s``;
+    ``inf``: no limit). A read that runs out of time is answered "timed out
+    after N s"; a write that does is *in doubt*, like one a crash cut short.
     """
 
     name: str
@@ -103,11 +127,13 @@ class Tool:
     needs_approval: bool = False
     idempotent: bool = False
     takes_context: bool = False
+    timeout_s: float | None = None
     _validator: jsonschema.Draft202012Validator = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", self.name):
             raise ConfigError(f"tool name {self.name!r} must match [A-Za-z0-9_-]{{1,64}}")
+        check_timeout(f"tool {self.name}: timeout_s", self.timeout_s)
         try:
             jsonschema.Draft202012Validator.check_schema(dict(self.parameters))
         except jsonschema.SchemaError as exc:
@@ -146,15 +172,44 @@ class Tool:
         return args
 
     async def run(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
-        """Call the function with validated ``args``; the result as text."""
+        """Call the function with validated ``args``; the result as text.
+
+        Cancellation: a checkpoint. An async function stops at its next
+        checkpoint. A sync one runs on the trio thread, uncancellable, unless
+        ``ctx.timeout_s`` is set: then in a worker thread, abandoned (left to
+        run on, its result dropped) when the call is cancelled.
+        """
         kwargs = dict(args)
         if self.takes_context:
             kwargs["ctx"] = ctx
-        result = self.function(**kwargs)
+        if ctx.timeout_s is None or inspect.iscoroutinefunction(self.function):
+            result = self.function(**kwargs)
+        else:
+            result = await _in_thread(self.function, kwargs, ctx if self.takes_context else None)
         if inspect.isawaitable(result):
             result = await result
         text = result if isinstance(result, str) else json.dumps(result)
         return bound_result(text, ctx.max_result_bytes)
+
+
+async def _in_thread(fn: ToolFunction, kwargs: dict[str, Any], ctx: ToolContext | None) -> Any:
+    """``fn(**kwargs)`` in a worker thread, abandoned if this task is cancelled.
+
+    The function's ``ctx.progress`` reports hop back to the trio thread; once
+    the call was abandoned they are dropped.
+    """
+    abandoned = False
+
+    def progress(label: str) -> None:
+        if not abandoned and ctx is not None:
+            trio.from_thread.run_sync(ctx.progress, label)
+
+    if ctx is not None:
+        kwargs["ctx"] = attrs.evolve(ctx, progress=progress)
+    try:
+        return await trio.to_thread.run_sync(partial(fn, **kwargs), abandon_on_cancel=True)
+    finally:
+        abandoned = True
 
 
 def _too_deep() -> ToolInputError:
@@ -311,6 +366,7 @@ def tool(
     read_only: bool = False,
     needs_approval: bool = False,
     idempotent: bool = False,
+    timeout_s: float | None = None,
 ) -> Callable[[ToolFunction], Tool]: ...
 
 
@@ -323,13 +379,15 @@ def tool(
     read_only: bool = False,
     needs_approval: bool = False,
     idempotent: bool = False,
+    timeout_s: float | None = None,
 ) -> Tool | Callable[[ToolFunction], Tool]:
     """Make a :class:`Tool` from a typed function (sync or async).
 
     The description is the docstring's first paragraph; parameter descriptions
     come from its ``Args:`` section. A parameter named ``ctx`` (or annotated
     :class:`ToolContext`) receives the call's context and is not in the schema.
-    Usable bare (``@tool``) or with options (``@tool(read_only=True)``).
+    Usable bare (``@tool``) or with options (``@tool(read_only=True)``);
+    ``timeout_s`` limits each call (see :class:`Tool`).
     """
 
     def build(f: ToolFunction) -> Tool:
@@ -344,6 +402,7 @@ def tool(
             needs_approval=needs_approval,
             idempotent=idempotent,
             takes_context=takes_context,
+            timeout_s=timeout_s,
         )
 
     return build(fn) if fn is not None else build

@@ -202,7 +202,9 @@ def tree_agent() -> Agent:
             "required": ["spec"],
         },
     )
-    agent = Agent(name="node", model="tree", tools=(spawn_tool, pad), max_tokens=300)
+    agent = Agent(
+        name="node", model="tree", tools=(spawn_tool, pad), max_tokens=300, no_progress_after=None
+    )
     return agent
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -131,3 +132,163 @@ def test_retry_after_reads_seconds_or_an_http_date(header, seconds):
 
     now = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
     assert retry_after(header, now=now) == seconds
+
+
+# -- tool calls written as JSON text (recover_tool_calls=True) ---------------------------------
+
+TOOL_SPECS = [
+    {"type": "function", "function": {"name": n, "description": n, "parameters": {}}}
+    for n in ("read_file", "list_files")
+]
+READ = '{"name": "read_file", "arguments": {"path": "errors.log"}}'
+
+
+async def answer_with(content: str, *, recover: bool = True, calls: Any = None) -> Any:
+    """The reply an OpenAIProvider makes of a body whose message has ``content``."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        message = {"role": "assistant", "content": content, "tool_calls": calls}
+        return httpx.Response(
+            200,
+            json={
+                "choices": [{"message": message, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 20},
+            },
+        )
+
+    provider = OpenAIProvider(
+        base_url="http://x.test/v1",
+        transport=httpx.MockTransport(handler),
+        recover_tool_calls=recover,
+    )
+    try:
+        return await provider.complete(ChatRequest(model="m", messages=[], tools=TOOL_SPECS))
+    finally:
+        await provider.aclose()
+
+
+def called(reply: Any) -> list[tuple[str, Any]]:
+    return [
+        (c["function"]["name"], json.loads(c["function"]["arguments"])) for c in reply.tool_calls
+    ]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        READ,
+        f"  {READ}\n",
+        f"```json\n{READ}\n```",
+        f"```\n{READ}\n```",
+        f"<tool_call>\n{READ}\n</tool_call>",
+        f"I will read the log first.\n<tool_call>{READ}</tool_call>",
+        '{"name": "read_file", "parameters": {"path": "errors.log"}}',
+        '{"name": "read_file", "arguments": "{\\"path\\": \\"errors.log\\"}"}',
+        f'{{"type": "function", "function": {READ}}}',
+        f"[{READ}]",
+    ],
+    ids=[
+        "bare",
+        "bare-padded",
+        "fenced-json",
+        "fenced",
+        "tagged",
+        "tagged-after-prose",
+        "parameters",
+        "arguments-as-string",
+        "nested-function",
+        "list",
+    ],
+)
+async def test_a_call_written_as_json_text_becomes_a_tool_call(content):
+    reply = await answer_with(content)
+    assert called(reply) == [("read_file", {"path": "errors.log"})]
+    [call_] = reply.tool_calls
+    assert call_["id"].startswith("call_") and call_["type"] == "function"
+    assert isinstance(call_["function"]["arguments"], str)
+    assert reply.message["content"] is None and reply.finish_reason == "tool_calls"
+
+
+async def test_several_tagged_calls_each_get_a_fresh_id():
+    content = (
+        '<tool_call>{"name": "list_files", "arguments": {}}</tool_call>\n'
+        f"<tool_call>{READ}</tool_call>"
+    )
+    first, second = await answer_with(content), await answer_with(content)
+    assert called(first) == [("list_files", {}), ("read_file", {"path": "errors.log"})]
+    ids = [c["id"] for c in first.tool_calls + second.tool_calls]
+    assert len(set(ids)) == 4
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        '{"name": "delete_everything", "arguments": {}}',
+        f'<tool_call>{READ}</tool_call><tool_call>{{"name": "rm", "arguments": {{}}}}</tool_call>',
+        "The log says worker 7 timed out.",
+        '{"answer": "worker 7 timed out"}',
+        '{"name": "read_file", "arguments": {"path": "errors.log"}',
+        f"Call it like this:\n```json\n{READ}\n```\nand you will see.",
+        '{"name": "read_file", "arguments": 42}',
+        "[" * 10_000 + "]" * 10_000,
+        "",
+    ],
+    ids=[
+        "unknown-name",
+        "one-unknown-of-two",
+        "prose",
+        "json-answer",
+        "broken-json",
+        "fence-inside-prose",
+        "arguments-not-an-object",
+        "deep",
+        "empty",
+    ],
+)
+async def test_anything_else_stays_prose(content):
+    reply = await answer_with(content)
+    assert reply.tool_calls == [] and reply.message["content"] == content
+    assert reply.finish_reason == "stop"
+
+
+async def test_recovery_is_off_by_default():
+    reply = await answer_with(READ, recover=False)
+    assert reply.tool_calls == [] and reply.message["content"] == READ
+
+
+async def test_real_tool_calls_are_left_as_they_are():
+    real = [call("c1", '{"path": "notes.txt"}')]
+    real[0]["function"]["name"] = "read_file"
+    reply = await answer_with(READ, calls=real)
+    assert [c["id"] for c in reply.tool_calls] == ["c1"]
+    assert called(reply) == [("read_file", {"path": "notes.txt"})]
+
+
+async def test_a_run_goes_on_through_recovered_calls(tmp_path):
+    from orchestra import Agent, Limits, Runner, Status, catalog
+
+    (tmp_path / "errors.log").write_text("worker 7 timed out\n")
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        messages = json.loads(request.content)["messages"]
+        results = [m["content"] for m in messages if m["role"] == "tool"]
+        content = f"<tool_call>{READ}</tool_call>" if not results else f"It says: {results[0]}"
+        return httpx.Response(
+            200,
+            json={
+                "choices": [{"message": {"role": "assistant", "content": content}}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 20},
+            },
+        )
+
+    provider = OpenAIProvider(
+        base_url="http://x.test/v1", transport=httpx.MockTransport(handler), recover_tool_calls=True
+    )
+    agent = Agent(name="a", model="m", tools=catalog(tmp_path), limits=Limits(max_turns=4))
+    try:
+        result = await Runner(provider=provider).run(agent, "Why did the job fail?")
+    finally:
+        await provider.aclose()
+    assert result.status is Status.COMPLETED
+    assert result.answer == "It says: worker 7 timed out\n"
+    assert result.state.own.tool_runs == 1

@@ -253,9 +253,20 @@ def _plan(c: Conversation) -> Step:
     return _at(c.turn, _LIST, _READ_ERRORS, PLAN_ANSWER)
 
 
-@_scenario("runaway", "read notes.txt every turn and never answer")
+@_scenario("runaway", "read the three files in turn, every turn, and never answer")
 def _runaway(c: Conversation) -> Step:
+    return _cycle(c)
+
+
+@_scenario("stuck", "read notes.txt every turn and never answer (no progress)")
+def _stuck(c: Conversation) -> Step:
     return _READ_NOTES
+
+
+def _cycle(c: Conversation) -> Step:
+    """A call every turn, never the same twice in a row: only a limit stops it."""
+    names = sorted(SANDBOX_FILES)
+    return (_read(names[c.turn % len(names)]),)
 
 
 @_scenario("recover", "read a missing log; recover via list_files if the error says so")
@@ -267,9 +278,9 @@ def _recover(c: Conversation) -> Step:
     return _at(c.turn - 1, _LIST, _READ_ERRORS, PLAN_ANSWER)
 
 
-@_scenario("permanent", "read /var/secrets/payroll.db every turn, a read never allowed")
+@_scenario("permanent", "read ../../var/secrets/payroll.db every turn, a read never allowed")
 def _permanent(c: Conversation) -> Step:
-    return (_read("/var/secrets/payroll.db"),)
+    return (_read("../../var/secrets/payroll.db"),)
 
 
 @_scenario("repeat", "read errors.log twice in a row, then answer as plan")
@@ -322,7 +333,7 @@ def _slow_tree(c: Conversation) -> Step:
 def _researcher(c: Conversation) -> Step:
     question = c.question
     if "[runaway]" in question:
-        return _READ_NOTES
+        return _cycle(c)
     depth = re.search(r"\[depth (\d{1,6})\]", question)
     if depth and int(depth[1]) < MAX_DEPTH:
         return _delegate(c, int(depth[1]), (question[: depth.start()] + question[depth.end() :]))

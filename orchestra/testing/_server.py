@@ -2,13 +2,17 @@
 
 One trio task per connection, keep-alive, no framework: h11 parses and
 frames, :func:`~orchestra.testing._scenarios.answer` decides. A client that
-goes away mid-request only ends its own connection, quietly.
+goes away mid-request only ends its own connection, quietly. Fault modifiers
+in a model name (:mod:`~orchestra.testing._faults`) are counted per server:
+one :class:`~orchestra.testing._faults.FaultCounter` for all its connections.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import socket
+import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Final
@@ -17,7 +21,8 @@ import attrs
 import h11
 import trio
 
-from ._scenarios import LATENCY_HEADER, Answer, answer
+from ._faults import FaultCounter, Prepared, truncated
+from ._scenarios import LATENCY_HEADER, Answer
 
 __all__ = ["scripted_server", "serve_scripted"]
 
@@ -34,6 +39,7 @@ async def serve_scripted(
     host: str = "127.0.0.1",
     port: int = 0,
     latency: float = 0.0,
+    faults: bool = True,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the scripted provider forever on ``host:port`` (0 picks a free port).
@@ -42,18 +48,22 @@ async def serve_scripted(
     ``url = await nursery.start(serve_scripted)`` waits until it accepts
     connections. ``latency`` seconds are slept (``trio.sleep``) before each chat
     reply; a request may override it with the ``x-scripted-latency-ms`` header.
+    ``faults=False`` ignores fault modifiers (each request gets its base
+    scenario's reply): the outage is over.
     """
     listeners = await trio.open_tcp_listeners(port, host=host)
     task_status.started(_base_url(host, listeners[0]))
-    handler = functools.partial(_serve_connection, latency=latency)
+    counter = FaultCounter(enabled=faults)
+    handler = functools.partial(_serve_connection, latency=latency, faults=counter)
     await trio.serve_listeners(handler, listeners)
 
 
 @asynccontextmanager
-async def scripted_server(*, latency: float = 0.0) -> AsyncIterator[str]:
+async def scripted_server(*, latency: float = 0.0, faults: bool = True) -> AsyncIterator[str]:
     """Run :func:`serve_scripted` on a free loopback port for the block; yields its base URL."""
     async with trio.open_nursery() as nursery:
-        url: str = await nursery.start(functools.partial(serve_scripted, latency=latency))
+        serve = functools.partial(serve_scripted, latency=latency, faults=faults)
+        url: str = await nursery.start(serve)
         try:
             yield url
         finally:
@@ -72,25 +82,33 @@ class _Request:
     target: str
     latency_ms: str | None
     body: bytes
+    auth: str = ""
 
     @classmethod
     def parse(cls, head: h11.Request, body: bytes) -> _Request:
         """The request whose head h11 parsed as ``head``, with its ``body``."""
-        wanted = LATENCY_HEADER.encode()
-        latency = [v.decode("latin-1") for k, v in head.headers if k == wanted]
+        latency = _header(head, LATENCY_HEADER.encode())
         method, target = head.method.decode("latin-1"), head.target.decode("latin-1")
-        return cls(method, target, latency[-1] if latency else None, body)
+        return cls(method, target, latency, body, _header(head, b"authorization") or "")
+
+
+def _header(head: h11.Request, name: bytes) -> str | None:
+    """The last value of header ``name`` (lower case), if the request has it."""
+    values = [v.decode("latin-1") for k, v in head.headers if k == name]
+    return values[-1] if values else None
 
 
 class _ClientGone(Exception):
     """The client closed the connection or broke the protocol; stop serving it."""
 
 
-async def _serve_connection(stream: trio.SocketStream, *, latency: float) -> None:
-    """Serve one connection until the client closes it (or breaks it)."""
+async def _serve_connection(
+    stream: trio.SocketStream, *, latency: float, faults: FaultCounter
+) -> None:
+    """Serve one connection until the client closes it (or breaks it, or a fault does)."""
     conn = _Connection(stream)
     try:
-        await conn.serve(latency)
+        await conn.serve(latency, faults)
     except (_ClientGone, trio.BrokenResourceError):
         pass
     finally:
@@ -104,15 +122,36 @@ class _Connection:
         self._stream = stream
         self._h11 = h11.Connection(h11.SERVER)
 
-    async def serve(self, latency: float) -> None:
+    async def serve(self, latency: float, faults: FaultCounter) -> None:
         """Answer requests one after another while the connection stays open."""
         while True:
             request = await self._receive_request()
             if request is None:
                 return
-            await self._send(await _respond(request, latency))
+            prepared = faults.prepare(request.method, request.target, request.body)
+            result = await _respond(request, prepared, latency)
+            if prepared.broken is not None:
+                await self._break(prepared.broken, result)
+                return
+            await self._send(result)
             if not self._next_cycle():
                 return
+
+    async def _break(self, fault: str, result: Answer) -> None:
+        """Play a fault that breaks the exchange; the caller then closes the connection."""
+        if fault == "hang":
+            await self._until_closed()
+        elif fault == "truncated":
+            await self._send_head(result)
+            await self._send_event(h11.Data(data=truncated(result.content)))
+        else:  # reset: close with an RST rather than a FIN
+            linger = struct.pack("ii", 1, 0)
+            self._stream.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+
+    async def _until_closed(self) -> None:
+        """Read and drop whatever comes until the client closes (or resets) the connection."""
+        while await self._stream.receive_some(_READ_SIZE):
+            pass
 
     def _next_cycle(self) -> bool:
         if self._h11.our_state is not h11.DONE or self._h11.their_state is not h11.DONE:
@@ -169,16 +208,18 @@ class _Connection:
         await self._send(Answer(status, body, headers=headers))
 
     async def _send(self, answer: Answer) -> None:
-        content = answer.content
+        await self._send_head(answer)
+        await self._send_event(h11.Data(data=answer.content))
+        await self._send_event(h11.EndOfMessage())
+
+    async def _send_head(self, answer: Answer) -> None:
         headers = [
             (b"content-type", b"application/json"),
-            (b"content-length", str(len(content)).encode()),
+            (b"content-length", str(len(answer.content)).encode()),
             _SERVER_HEADER,
             *((k.encode(), v.encode()) for k, v in answer.headers),
         ]
         await self._send_event(h11.Response(status_code=answer.status, headers=headers))
-        await self._send_event(h11.Data(data=content))
-        await self._send_event(h11.EndOfMessage())
 
     async def _send_event(self, event: h11.Event) -> None:
         data = self._h11.send(event)
@@ -186,15 +227,15 @@ class _Connection:
             await self._stream.send_all(data)
 
 
-async def _respond(request: _Request, latency: float) -> Answer:
+async def _respond(request: _Request, prepared: Prepared, latency: float) -> Answer:
     """The answer to a request, after its latency; a bug becomes a logged 500."""
     try:
-        result = answer(
+        result = prepared.respond(
             request.method,
             request.target,
-            request.body,
             latency=latency,
             latency_ms=request.latency_ms,
+            auth=request.auth,
         )
     except Exception:
         log.exception("scripted provider failed on %s %s", request.method, request.target)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import httpx
 import trio
 
-from ._scenarios import LATENCY_HEADER, answer
+from ._faults import FaultCounter, truncated
+from ._scenarios import LATENCY_HEADER, Answer
 
 __all__ = ["ScriptedTransport"]
 
@@ -19,21 +22,67 @@ class ScriptedTransport(httpx.AsyncBaseTransport):
     ``trio.sleep`` before each chat reply (so ``MockClock`` tests are exact);
     the ``x-scripted-latency-ms`` request header overrides it per request.
     The host part of the URL is ignored.
+
+    Fault modifiers in a model name (see :mod:`~orchestra.testing._faults`)
+    are counted per transport in :attr:`faults`; ``faults=False`` ignores them.
+    Broken exchanges become the errors httpx raises over a socket: ``reset``
+    a ``ReadError``, ``truncated`` a ``RemoteProtocolError`` while the body is
+    read, ``hang`` a ``ReadTimeout`` once the request's read timeout has passed
+    (``trio.sleep``; with no read timeout it waits until cancelled).
     """
 
-    def __init__(self, *, latency: float = 0.0) -> None:
+    def __init__(self, *, latency: float = 0.0, faults: bool = True) -> None:
         self.latency = latency
+        self.faults = FaultCounter(enabled=faults)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        """The scripted response to ``request``, after its latency."""
+        """The scripted response to ``request``, after its latency. A checkpoint."""
         body = await request.aread()
-        result = answer(
+        prepared = self.faults.prepare(request.method, request.url.path, body)
+        result = prepared.respond(
             request.method,
             request.url.path,
-            body,
             latency=self.latency,
             latency_ms=request.headers.get(LATENCY_HEADER),
+            auth=request.headers.get("authorization", ""),
         )
         await trio.sleep(result.delay)
-        headers = [("content-type", "application/json"), *result.headers]
+        if prepared.broken == "hang":
+            await _hang(request)
+        if prepared.broken == "reset":
+            raise httpx.ReadError("[Errno 104] Connection reset by peer", request=request)
+        stream = _Truncated(result.content) if prepared.broken == "truncated" else None
+        return _response(result, stream)
+
+
+def _response(result: Answer, stream: httpx.AsyncByteStream | None) -> httpx.Response:
+    headers = [("content-type", "application/json"), *result.headers]
+    if stream is None:
         return httpx.Response(result.status, headers=headers, content=result.content)
+    headers.append(("content-length", str(len(result.content))))
+    return httpx.Response(result.status, headers=headers, stream=stream)
+
+
+async def _hang(request: httpx.Request) -> None:
+    """Never answer: time out as a socket would after the read timeout, if there is one."""
+    timeouts = request.extensions.get("timeout", {})
+    read = timeouts.get("read")
+    if read is None:
+        await trio.sleep_forever()
+    await trio.sleep(read)
+    raise httpx.ReadTimeout("timed out", request=request)
+
+
+class _Truncated(httpx.AsyncByteStream):
+    """The first half of a body, then the error httpx raises when the peer closes early."""
+
+    def __init__(self, content: bytes) -> None:
+        self._content = content
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        sent = truncated(self._content)
+        yield sent
+        raise httpx.RemoteProtocolError(
+            "peer closed connection without sending complete message body: "
+            f"received {len(sent)} bytes, expected {len(self._content)}"
+        )

@@ -208,8 +208,16 @@ def test_every_script_keeps_its_final_answer_after_it_ends() -> None:
     }
 
 
-def test_runaway_reads_notes_every_turn_and_never_answers() -> None:
+CYCLE = [[("read_file", {"path": name})] for name in ("access.log", "errors.log", "notes.txt")]
+
+
+def test_runaway_reads_a_file_every_turn_never_the_same_twice_and_never_answers() -> None:
     messages = drive("runaway", "Summarise the notes.", turns=30)
+    assert tool_calls(messages) == CYCLE * 10
+
+
+def test_stuck_reads_notes_every_turn_and_never_answers() -> None:
+    messages = drive("stuck", "Summarise the notes.", turns=30)
     assert tool_calls(messages) == [[("read_file", {"path": "notes.txt"})]] * 30
 
 
@@ -256,7 +264,7 @@ def test_recover_gives_up_politely_without_a_hint() -> None:
 
 def test_permanent_asks_for_the_forbidden_file_every_turn() -> None:
     messages = drive("permanent", "Read the payroll.", turns=5)
-    assert tool_calls(messages) == [[("read_file", {"path": "/var/secrets/payroll.db"})]] * 5
+    assert tool_calls(messages) == [[("read_file", {"path": "../../var/secrets/payroll.db"})]] * 5
 
 
 def test_repeat_makes_the_same_call_twice_in_a_row() -> None:
@@ -344,8 +352,8 @@ def test_researcher_defaults_to_errors_log() -> None:
 
 
 def test_researcher_runaway_and_slow_modes() -> None:
-    runaway = drive("researcher", "[runaway] Summarise.", turns=8)
-    assert tool_calls(runaway) == [[("read_file", {"path": "notes.txt"})]] * 8
+    runaway = drive("researcher", "[runaway] Summarise.", turns=9)
+    assert tool_calls(runaway) == CYCLE * 3
     slow = drive("researcher", "[slow] archive 2")
     assert tool_calls(slow) == [[("scan_archive", {"query": "[slow] archive 2", "seconds": 3.0})]]
     assert final(slow).startswith("The archive scan found: Scanned 3000")

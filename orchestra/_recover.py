@@ -1,0 +1,108 @@
+"""Tool calls a model wrote as text, turned back into tool calls (opt-in).
+
+Small local models often answer a request that declares tools with the call
+written into ``content`` instead of ``tool_calls``: as bare JSON
+(``{"name": "read_file", "arguments": {...}}``, or a list of such objects),
+in a fenced block (```` ```json ... ``` ````), or between ``<tool_call>``
+tags as Qwen and Hermes chat templates do, possibly several.
+:func:`recover_tool_calls` reads those shapes back. It is all or nothing: a
+message becomes tool calls only if every call found names a declared tool and
+is well-formed JSON; anything else stays prose, untouched. Bare and fenced
+JSON must be the whole content; tagged calls may have text around them (it is
+dropped, as the model's own reasoning). Each call gets a fresh unique id and
+its arguments as a JSON string, and the content becomes None.
+
+Used by ``OpenAIProvider(recover_tool_calls=True)``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ._tools import MAX_ARGUMENT_DEPTH, json_depth
+
+__all__ = ["declared_names", "recover_tool_calls"]
+
+_TAGGED = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_FENCED = re.compile(r"```[ \t]*(?:json|JSON|tool_call)?[ \t]*\n?(.*?)```", re.DOTALL)
+
+
+def declared_names(tools: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """The function names of a request's tool declarations."""
+    names = (t.get("function", {}).get("name") for t in tools if isinstance(t, Mapping))
+    return frozenset(n for n in names if isinstance(n, str))
+
+
+def recover_tool_calls(message: Mapping[str, Any], names: frozenset[str]) -> dict[str, Any] | None:
+    """``message`` with the tool calls written in its content, or None if it has none.
+
+    ``names`` are the tools the request declared; a call to any other name, or
+    text that is not JSON, leaves the message as it is (None is returned).
+    """
+    content = message.get("content")
+    if not names or not isinstance(content, str) or message.get("tool_calls"):
+        return None
+    calls = _calls(_blocks(content.strip()), names)
+    if not calls:
+        return None
+    return {**message, "content": None, "tool_calls": calls}
+
+
+def _blocks(content: str) -> list[str]:
+    """The JSON texts that may hold calls: tagged blocks, fenced blocks, or the whole."""
+    tagged = _TAGGED.findall(content)
+    if tagged:
+        return tagged
+    fenced = list(_FENCED.finditer(content))
+    if fenced and not _FENCED.sub("", content).strip():
+        return [m[1] for m in fenced]
+    return [content] if content.startswith(("{", "[")) else []
+
+
+def _calls(blocks: Sequence[str], names: frozenset[str]) -> list[dict[str, Any]]:
+    """Every call of every block, or [] if any block is not a call to a declared tool."""
+    found: list[dict[str, Any]] = []
+    for block in blocks:
+        parsed = _json(block)
+        items = parsed if isinstance(parsed, list) else [parsed]
+        calls = [_call(item, names) for item in items]
+        if not calls or any(c is None for c in calls):
+            return []
+        found.extend(c for c in calls if c is not None)
+    return found
+
+
+def _json(text: str) -> Any:
+    """``text`` decoded as JSON, or None if it is not JSON (or nests too deeply)."""
+    if json_depth(text) > MAX_ARGUMENT_DEPTH + 2:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _call(item: Any, names: frozenset[str]) -> dict[str, Any] | None:
+    """A chat-completions tool call from ``{"name": ..., "arguments": ...}``, if it
+    names a declared tool (``"parameters"`` for ``"arguments"`` and an object
+    nested in ``"function"`` are read too). Arguments given as a string are
+    kept as they are: the dispatcher answers bad ones in words."""
+    if isinstance(item, Mapping) and isinstance(item.get("function"), Mapping):
+        item = item["function"]
+    if not isinstance(item, Mapping) or item.get("name") not in names:
+        return None
+    arguments = item.get("arguments", item.get("parameters", {}))
+    if not isinstance(arguments, str | Mapping):
+        return None
+    return {
+        "id": f"call_{uuid.uuid4().hex[:24]}",
+        "type": "function",
+        "function": {
+            "name": item["name"],
+            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+        },
+    }

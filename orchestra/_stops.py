@@ -1,0 +1,98 @@
+"""Stop conditions: checked after every step of a run.
+
+Two kinds stop a run before its limits do, both as ``interrupted`` with a
+reason (resumable: a person may look, change something and go on):
+
+* **No progress** (``InterruptionKind.NO_PROGRESS``): the last
+  ``Agent.no_progress_after`` tool calls (default 3) were the same tool with
+  the same arguments and got the same result. A model stuck in such a loop
+  would otherwise spend to its turn or budget cap.
+* **User predicates** (``InterruptionKind.STOP_CONDITION``): each of
+  ``Agent.stop_when`` is called with the run's state after each step; the
+  first to return a non-empty string stops the run with that string as the
+  reason. A predicate that raises fails the run, naming it.
+
+Predicates are synchronous and must not block: they run on the trio thread.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from ._run import Exit, LiveRun
+from ._state import Interruption, InterruptionKind, RunState, Status
+
+__all__ = ["StopCondition", "check_stops", "repeated_calls"]
+
+StopCondition = Callable[[RunState], "str | None"]
+"""Called after each step; a non-empty string stops the run with that reason."""
+
+
+def check_stops(run: LiveRun) -> Exit | None:
+    """The exit a stop condition asks for after this step, if any."""
+    limit = run.agent.no_progress_after
+    if limit is not None and (repeat := repeated_calls(run.state, limit)) is not None:
+        reason = (
+            f"no progress: {repeat} was called {limit} times in a row with the same "
+            "arguments and got the same result"
+        )
+        return _interrupted(InterruptionKind.NO_PROGRESS, reason)
+    for condition in run.agent.stop_when:
+        exit_ = _ask(condition, run.state)
+        if exit_ is not None:
+            return exit_
+    return None
+
+
+def _ask(condition: StopCondition, state: RunState) -> Exit | None:
+    name = getattr(condition, "__qualname__", repr(condition))
+    try:
+        said = condition(state)
+    except Exception as exc:  # a user's predicate failing is the run's failure, as data
+        return Exit(status=Status.FAILED, reason=f"stop condition {name} raised {exc!r}")
+    if not said:
+        return None
+    return _interrupted(InterruptionKind.STOP_CONDITION, f"stop condition {name}: {said}")
+
+
+def _interrupted(kind: InterruptionKind, reason: str) -> Exit:
+    waiting = Interruption(kind=kind, reason=reason)
+    return Exit(status=Status.INTERRUPTED, reason=reason, interruption=waiting)
+
+
+def repeated_calls(state: RunState, times: int) -> str | None:
+    """The tool name if the last ``times`` answered calls were one call repeated.
+
+    Walks the transcript backwards and stops at the first different call, so
+    a step costs what it looks at, not the length of the run.
+    """
+    results: dict[Any, Any] = {}
+    first: tuple[str, str, str] | None = None
+    count = 0
+    for message in reversed(state.messages):
+        if message.get("role") == "tool":
+            results[message.get("tool_call_id")] = message.get("content")
+        for call in reversed(message.get("tool_calls") or ()):
+            if (result := results.get(call.get("id"))) is None:
+                continue  # not answered yet
+            entry = _entry(call, result)
+            if first is not None and entry != first:
+                return None
+            first, count = entry, count + 1
+            if count >= times:
+                return entry[0]
+    return None
+
+
+def _entry(call: dict[str, Any], result: Any) -> tuple[str, str, str]:
+    fn = call.get("function") or {}
+    return str(fn.get("name")), _canonical(fn.get("arguments")), str(result)
+
+
+def _canonical(arguments: Any) -> str:
+    try:
+        return json.dumps(json.loads(arguments or "{}"), sort_keys=True)
+    except (TypeError, ValueError, RecursionError):
+        return str(arguments)

@@ -1,0 +1,246 @@
+"""Fault injection for the scripted provider: scenario names with modifiers.
+
+A request's ``model`` may add faults to its scenario:
+``SCENARIO+FAULT[xN][+FAULT[xN]...][@LABEL]``, e.g. ``plan+429x3`` or
+``plan+500x2+reset``. The faults:
+
+``NNN`` (400-599)
+    that HTTP status with an OpenAI-shaped error body; ``429`` adds
+    ``Retry-After: 1``, and ``401``'s message echoes the request's
+    ``Authorization`` header (to test that clients keep it out of logs).
+``hang``
+    no answer: the socket server waits until the client gives up and closes;
+    the in-process transport raises ``httpx.ReadTimeout`` after the request's
+    read timeout (never, without one).
+``garbage``
+    200 with a body that is not JSON.
+``truncated``
+    200 whose body stops halfway through its declared ``Content-Length``,
+    then the connection closes.
+``reset``
+    the connection is reset (RST) without an answer.
+``nousage``
+    the reply lacks its ``usage`` object. Not counted: every reply.
+
+Counting: a :class:`FaultCounter` belongs to one server or transport. The
+``n``-th chat request (from 0) for a model name meets the fault covering ``n``
+when the counted faults are laid end to end (``plan+429x2+500`` is two 429s,
+a 500, then normal replies), so a client that retries gets through. Counters
+are keyed by the whole model name; an ``@LABEL`` suffix only makes separate
+counters (``plan+429@run7``). The scenario itself always sees the base name,
+so a reply stays a pure function of the request with its faults removed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Final
+
+import attrs
+
+from ._scenarios import SCENARIOS, Answer, ScriptError, answer
+
+__all__ = ["BROKEN", "KEYWORDS", "FaultCounter", "FaultSpec", "Modifier", "Prepared"]
+
+KEYWORDS: Final = ("hang", "garbage", "truncated", "reset", "nousage")
+"""The faults named by a word; any HTTP status from 400 to 599 is one too."""
+BROKEN: Final = frozenset({"hang", "truncated", "reset"})
+"""Faults that break the HTTP exchange itself: each side plays them its own way."""
+GARBAGE: Final = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
+CHAT_PATHS: Final = frozenset({"/v1/chat/completions", "/chat/completions"})
+
+_MODIFIER = re.compile(r"(?P<name>[a-z]+|\d{3})(?:x(?P<count>\d{1,9}))?")
+
+
+@attrs.frozen
+class Modifier:
+    """One fault of a model name: what it is and how many requests meet it."""
+
+    name: str
+    count: int = 1
+
+    @property
+    def status(self) -> int | None:
+        """The HTTP status this fault answers with, if it is one."""
+        return int(self.name) if self.name.isdigit() else None
+
+    def __str__(self) -> str:
+        return self.name if self.count == 1 else f"{self.name}x{self.count}"
+
+
+def _unknown(model: str, part: str, why: str) -> ScriptError:
+    known = ", ".join(("NNN (an HTTP status 400-599)", *KEYWORDS))
+    message = f"bad fault modifier {part!r} in model {model!r}: {why} (known: {known}; xN repeats)"
+    return ScriptError(404, "model_not_found", message)
+
+
+def _modifier(model: str, part: str) -> Modifier:
+    match = _MODIFIER.fullmatch(part)
+    if match is None:
+        raise _unknown(model, part, "not FAULT or FAULTxN")
+    name, count = match["name"], int(match["count"] or 1)
+    if name.isdigit() and not 400 <= int(name) <= 599:
+        raise _unknown(model, part, "a status must be from 400 to 599")
+    if not name.isdigit() and name not in KEYWORDS:
+        raise _unknown(model, part, "no such fault")
+    if count < 1 or (name == "nousage" and match["count"]):
+        raise _unknown(model, part, "the count must be >= 1 (nousage takes none)")
+    return Modifier(name, count)
+
+
+@attrs.frozen
+class FaultSpec:
+    """A model name taken apart: base scenario, faults in order, and label."""
+
+    model: str
+    base: str
+    modifiers: tuple[Modifier, ...] = ()
+    label: str = ""
+
+    @classmethod
+    def parse(cls, model: str) -> FaultSpec:
+        """The spec of ``model``.
+
+        Raises:
+            ScriptError: (404 ``model_not_found``) a modifier is malformed or unknown.
+        """
+        name, _, label = model.partition("@")
+        base, *parts = name.split("+")
+        if not base:
+            raise ScriptError(404, "model_not_found", f"no scenario before the + in {model!r}")
+        return cls(model, base, tuple(_modifier(model, p) for p in parts), label)
+
+    @property
+    def usage(self) -> bool:
+        """Whether replies carry ``usage`` (False with ``nousage``)."""
+        return all(m.name != "nousage" for m in self.modifiers)
+
+    def fault(self, n: int) -> Modifier | None:
+        """The fault the ``n``-th request (from 0) for this model meets, if any."""
+        for modifier in self.modifiers:
+            if modifier.name == "nousage":
+                continue
+            if n < modifier.count:
+                return modifier
+            n -= modifier.count
+        return None
+
+
+class FaultCounter:
+    """How many chat requests each model name has had: one per server or transport.
+
+    With ``enabled=False`` (the outage is over) modifiers are only stripped:
+    every request is answered by its base scenario, with usage.
+    """
+
+    def __init__(self, *, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.requests: dict[str, int] = {}
+
+    def prepare(self, method: str, target: str, body: bytes) -> Prepared:
+        """Count a request and decide what it meets; not a checkpoint."""
+        request = _chat_request(method, target, body)
+        if request is None:
+            return Prepared(body=body)
+        try:
+            spec = _known(FaultSpec.parse(request["model"]))
+        except ScriptError as exc:
+            return Prepared(body=body, error=exc)
+        return Prepared(
+            body=json.dumps({**request, "model": spec.base}).encode(),
+            fault=self._take(spec),
+            usage=spec.usage or not self.enabled,
+        )
+
+    def _take(self, spec: FaultSpec) -> Modifier | None:
+        if not self.enabled:
+            return None
+        n = self.requests.get(spec.model, 0)
+        self.requests[spec.model] = n + 1
+        return spec.fault(n)
+
+
+def _known(spec: FaultSpec) -> FaultSpec:
+    if spec.base not in SCENARIOS:
+        raise ScriptError(404, "model_not_found", f"The model `{spec.base}` does not exist.")
+    return spec
+
+
+def _chat_request(method: str, target: str, body: bytes) -> dict[str, Any] | None:
+    """The decoded chat request if its model carries modifiers, else None."""
+    if method.upper() != "POST" or target.split("?", 1)[0] not in CHAT_PATHS:
+        return None
+    try:
+        request = json.loads(body)
+    except (ValueError, RecursionError):
+        return None  # answer() explains what is wrong with it
+    if not isinstance(request, dict) or not isinstance(request.get("model"), str):
+        return None
+    return request if any(c in request["model"] for c in "+@") else None
+
+
+@attrs.frozen(kw_only=True)
+class Prepared:
+    """A chat request after fault counting: the body to answer and the fault it meets."""
+
+    body: bytes
+    fault: Modifier | None = None
+    usage: bool = True
+    error: ScriptError | None = None
+
+    @property
+    def broken(self) -> str | None:
+        """The fault that breaks the exchange (``hang``, ``truncated``, ``reset``), if any."""
+        return self.fault.name if self.fault and self.fault.name in BROKEN else None
+
+    def respond(
+        self, method: str, target: str, *, latency: float, latency_ms: str | None, auth: str
+    ) -> Answer:
+        """The answer as data (for a broken fault: the one it breaks). Not a checkpoint."""
+        if self.error is not None:
+            return Answer(self.error.status, self.error.body())
+        status = self.fault.status if self.fault else None
+        if status is not None:
+            return status_answer(status, auth)
+        result = answer(method, target, self.body, latency=latency, latency_ms=latency_ms)
+        if self.fault and self.fault.name == "garbage" and result.status == 200:
+            return RawAnswer(200, {}, result.delay, raw=GARBAGE)
+        return result if self.usage else _without_usage(result)
+
+
+@attrs.frozen
+class RawAnswer(Answer):
+    """An answer whose body is sent as these bytes, JSON or not."""
+
+    raw: bytes = b""
+
+    @property
+    def content(self) -> bytes:
+        return self.raw
+
+
+def _without_usage(result: Answer) -> Answer:
+    body = {k: v for k, v in result.body.items() if k != "usage"}
+    return attrs.evolve(result, body=body)
+
+
+def status_answer(status: int, auth: str) -> Answer:
+    """The error answer of a status fault (``auth``: the request's Authorization header)."""
+    if status == 401:
+        message = f"Incorrect API key provided: {auth or '(none)'}."
+        return Answer(401, _error(message, "invalid_request_error", "invalid_api_key"))
+    if status == 429:
+        body = _error("Rate limit reached (scripted fault).", "requests", "rate_limit_exceeded")
+        return Answer(429, body, headers=(("retry-after", "1"),))
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    return Answer(status, _error(f"scripted fault: HTTP {status}", kind, f"fault_{status}"))
+
+
+def _error(message: str, kind: str, code: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "code": code}}
+
+
+def truncated(content: bytes) -> bytes:
+    """The part of ``content`` a ``truncated`` fault sends: its first half."""
+    return content[: len(content) // 2]
