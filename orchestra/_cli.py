@@ -19,10 +19,13 @@ from functools import wraps
 from pathlib import Path
 from typing import Any
 
+import attrs
 import click
+import stamina.instrumentation
 import trio
 from click.shell_completion import CompletionItem
 
+from ._cli_money import Money, money_options, tokens_option
 from ._cli_output import print_runs, print_tree, print_waiting
 from ._cli_recipe import Recipe
 from ._cli_session import EXIT_CODES, Session, report, supervise, tree_result
@@ -84,8 +87,22 @@ def _tracing(otlp: bool, protocol: str | None, endpoint: str | None) -> tuple[An
     return OTelTracer(tracer_provider=provider), provider
 
 
-def _limits(max_turns: int | None, max_budget: float | None, timeout: float | None) -> Limits:
-    return Limits(max_turns=max_turns, max_budget_usd=max_budget, timeout_s=timeout)
+def _limits(
+    max_turns: int | None,
+    max_budget: float | None,
+    timeout: float | None,
+    max_tokens_total: int | None = None,
+) -> Limits:
+    return Limits(
+        max_turns=max_turns,
+        max_budget_usd=max_budget,
+        timeout_s=timeout,
+        max_tokens_total=max_tokens_total,
+    )
+
+
+def _money_fields(money: Money) -> dict[str, Any]:
+    return attrs.asdict(money)
 
 
 def _sandbox(directory: str | None) -> Path:
@@ -161,6 +178,9 @@ class ScenarioType(click.types.StringParamType):
 @click.group()
 def main() -> None:
     """Orchestra: LLM agents as governed trees."""
+    # Retries are reported as model_retry events and summarised; stamina's own
+    # log line per retry would only repeat them on stderr.
+    stamina.instrumentation.set_on_retry_hooks([])
 
 
 @main.command()
@@ -201,10 +221,14 @@ def main() -> None:
 @store_option
 @json_option
 @otlp_options
+@tokens_option
+@money_options
 def demo(
     scenario: str,
     max_turns: int | None,
     max_budget: float | None,
+    max_tokens_total: int | None,
+    money: Money,
     timeout: float | None,
     child_budget: float,
     child_turns: int,
@@ -235,9 +259,11 @@ def demo(
         fatal_errors=fatal_errors,
         child_budget=child_budget,
         child_turns=child_turns,
+        **_money_fields(money),
     )
     if max_turns is None:
-        max_turns = 2 + 2 * (children or 3) if scenario == "slow_tree" else 20
+        slow_tree = parse_scenario(scenario)[0] == "slow_tree"
+        max_turns = 2 + 2 * (children or 3) if slow_tree else 20
     tracer, spans = _tracing(otlp, otlp_protocol, otlp_endpoint)
     session = Session(
         recipe=recipe,
@@ -248,7 +274,7 @@ def demo(
     )
     _start(
         session,
-        _limits(max_turns, max_budget, timeout),
+        _limits(max_turns, max_budget, timeout, max_tokens_total),
         demo_task(scenario, children),
         as_json,
         store_path,
@@ -266,9 +292,16 @@ def demo(
 @click.option("--timeout", type=click.FloatRange(min=0), default=None)
 @click.option("--dir", "directory", type=click.Path(file_okay=False, exists=True), default=".")
 @click.option("--trace", type=click.Path(dir_okay=False), default=None)
+@click.option(
+    "--recover-tool-calls",
+    is_flag=True,
+    help="Read tool calls a model wrote as JSON text in its answer (declared tools only).",
+)
 @store_option
 @json_option
 @otlp_options
+@tokens_option
+@money_options
 def run_command(
     task: str,
     base_url: str,
@@ -276,6 +309,9 @@ def run_command(
     model: str,
     max_turns: int,
     max_budget: float | None,
+    max_tokens_total: int | None,
+    money: Money,
+    recover_tool_calls: bool,
     timeout: float | None,
     directory: str,
     trace: str | None,
@@ -286,12 +322,19 @@ def run_command(
     otlp_endpoint: str | None,
 ) -> None:
     """Run TASK with the file catalog against any OpenAI-compatible endpoint."""
-    recipe = Recipe(directory=str(Path(directory).resolve()), base_url=base_url, model=model)
+    recipe = Recipe(
+        directory=str(Path(directory).resolve()),
+        base_url=base_url,
+        model=model,
+        recover_tool_calls=recover_tool_calls,
+        **_money_fields(money),
+    )
     tracer, spans = _tracing(otlp, otlp_protocol, otlp_endpoint)
     session = Session(
         recipe=recipe, store=_store(store_path), trace=trace, api_key=api_key, tracer=tracer
     )
-    _start(session, _limits(max_turns, max_budget, timeout), task, as_json, store_path, spans)
+    limits = _limits(max_turns, max_budget, timeout, max_tokens_total)
+    _start(session, limits, task, as_json, store_path, spans)
 
 
 @main.command()
@@ -304,11 +347,13 @@ def run_command(
 @store_option
 @json_option
 @otlp_options
+@tokens_option
 def resume(
     run_id: str,
     max_turns: int | None,
     max_budget: float | None,
     timeout: float | None,
+    max_tokens_total: int | None,
     api_key: str,
     trace: str | None,
     store_path: str | None,
@@ -324,14 +369,7 @@ def resume(
             f"run {state.run_id} is a child run; resume its tree from the root: "
             f"orchestra resume {state.root_id}{_store_flag(store_path)}"
         )
-    raised = None
-    if (max_turns, max_budget, timeout) != (None, None, None):
-        raised = Limits(
-            max_turns=max_turns if max_turns is not None else state.limits.max_turns,
-            max_budget_usd=max_budget if max_budget is not None else state.limits.max_budget_usd,
-            timeout_s=timeout,
-            deadline=None if timeout is not None else state.limits.deadline,
-        )
+    raised = _raised(state.limits, max_turns, max_budget, timeout, max_tokens_total)
     recipe = Recipe.of(state)
     tracer, spans = _tracing(otlp, otlp_protocol, otlp_endpoint)
     session = Session(recipe=recipe, store=store, trace=trace, api_key=api_key, tracer=tracer)
@@ -347,6 +385,25 @@ def resume(
 
     result, elapsed = trio.run(supervise, session, state.run_id, go)
     _finish(result, session, elapsed, as_json, store_path, spans)
+
+
+def _raised(
+    limits: Limits,
+    max_turns: int | None,
+    max_budget: float | None,
+    timeout: float | None,
+    max_tokens_total: int | None,
+) -> Limits | None:
+    """The limits a resume raises to, or None if none was given."""
+    if (max_turns, max_budget, timeout, max_tokens_total) == (None, None, None, None):
+        return None
+    return Limits(
+        max_turns=limits.max_turns if max_turns is None else max_turns,
+        max_budget_usd=limits.max_budget_usd if max_budget is None else max_budget,
+        timeout_s=timeout,
+        deadline=limits.deadline if timeout is None else None,
+        max_tokens_total=limits.max_tokens_total if max_tokens_total is None else max_tokens_total,
+    )
 
 
 def _decision(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -22,8 +22,10 @@ import attrs
 
 from ._agent import Agent, ToolPolicy, detailed_errors, generic_errors
 from ._catalog import catalog
+from ._cli_money import Money
 from ._demo import demo_agent
 from ._exceptions import StateError
+from ._money import PriceTable
 from ._provider import OpenAIProvider
 from ._state import Limits, RunState
 
@@ -47,8 +49,27 @@ class Recipe:
     fatal_errors: bool = False
     child_budget: float | None = 0.05
     child_turns: int | None = 8
+    price_in: float | None = None
+    price_out: float | None = None
+    margin_ratio: float = 0.0
+    margin_tokens: int = 0
+    recover_tool_calls: bool = False
     faults: bool = True
     """Whether the embedded scripted server plays the scenario's fault modifiers."""
+
+    def money(self) -> Money:
+        """Prices and the margin floor (the demo's default prices are the scripted
+        provider's own, so they are not said to be assumed)."""
+        return Money(
+            price_in=self.price_in,
+            price_out=self.price_out,
+            margin_ratio=self.margin_ratio,
+            margin_tokens=self.margin_tokens,
+        )
+
+    def prices(self) -> PriceTable:
+        """The price table of runs made from this recipe."""
+        return self.money().prices(assumed_is_known=self.scenario is not None)
 
     def metadata(self) -> dict[str, str]:
         """The recipe as run metadata (without :attr:`faults`: never saved)."""
@@ -101,7 +122,11 @@ class Recipe:
     async def provider(self, api_key: str = "") -> AsyncIterator[OpenAIProvider]:
         """A provider for this recipe (the embedded scripted server for a demo)."""
         if self.scenario is None:
-            provider = OpenAIProvider(base_url=self.base_url, api_key=api_key)
+            provider = OpenAIProvider(
+                base_url=self.base_url,
+                api_key=api_key,
+                recover_tool_calls=self.recover_tool_calls,
+            )
             try:
                 yield provider
             finally:

@@ -55,6 +55,20 @@ class Progress:
             self._stream.flush()
 
 
+class Warnings:
+    """Says on stderr what a tree only assumed (a price), once per message."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self._said: set[str] = set()
+
+    def __call__(self, event: Event) -> None:
+        message = event.data.get("message") if event.type == "price_warning" else None
+        if message and message not in self._said:
+            self._said.add(message)
+            print(f"warning: {message}", file=self._stream)
+
+
 def _progress_sink() -> EventSink | None:
     return Progress(sys.stderr) if sys.stderr.isatty() else None
 
@@ -99,8 +113,10 @@ async def supervise(
         runner = Runner(
             provider=provider,
             store=session.store,
-            sink=fanout(trace, _progress_sink()),
+            sink=fanout(trace, _progress_sink(), Warnings(sys.stderr)),
             tracer=session.tracer,
+            prices=session.recipe.prices(),
+            prompt_margin=session.recipe.money().margin(),
         )
         started = trio.current_time()
         async with trio.open_nursery() as nursery:
