@@ -148,14 +148,19 @@ def tree_result(states: list[RunState], root_id: str) -> RunResult:
 def report(
     result: RunResult, store: Store, elapsed_ms: float | None, directory: str | None
 ) -> dict[str, Any]:
-    """The JSON report of a tree, with per-turn prompt tokens from every process's events."""
+    """The JSON report of a tree, with per-turn prompt tokens and model retries
+    from every process's events."""
     prompts: dict[str, list[int]] = {}
+    retries: dict[str, int] = {}
     for event in store.events(root_id=result.state.root_id):
         if event["type"] == "turn":
             prompts.setdefault(event["run_id"], []).append(int(event["prompt_tokens"]))
+        elif event["type"] == "model_retry":
+            retries[event["run_id"]] = retries.get(event["run_id"], 0) + 1
 
     def add_turns(summary: dict[str, Any]) -> dict[str, Any]:
         summary["per_turn_prompt_tokens"] = prompts.get(summary["run_id"], [])
+        summary["model_retries"] = retries.get(summary["run_id"], 0)
         summary["children"] = [add_turns(c) for c in summary["children"]]
         return summary
 

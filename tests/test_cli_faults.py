@@ -34,12 +34,14 @@ def test_429x3_completes_after_three_retries_in_the_trace(tmp_path: Path) -> Non
     events = [json.loads(line) for line in trace.read_text().splitlines()]
     retried = [e for e in events if e["type"] == "model_retry"]
     assert [(e["attempt"], e["status"]) for e in retried] == [(2, 429), (3, 429), (4, 429)]
+    assert report["model_retries"] == 3
 
 
 def test_401_fails_with_exit_1_naming_it() -> None:
     code, report = demo("plan+401")
     assert (code, report["status"]) == (1, "failed")
     assert "401" in report["reason"] and report["turns"] == 0
+    assert report["model_retries"] == 0
 
 
 def test_an_unknown_modifier_is_a_usage_error_listing_the_choices() -> None:

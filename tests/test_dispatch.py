@@ -8,8 +8,6 @@ import trio
 
 from orchestra import (
     Agent,
-    ChatReply,
-    ChatRequest,
     Limits,
     MemoryStore,
     PermanentToolError,
@@ -19,40 +17,12 @@ from orchestra import (
     generic_errors,
     tool,
 )
-from orchestra._tokens import count_completion, count_prompt
-
-
-class Script:
-    """A provider that plays fixed assistant messages, one per turn."""
-
-    def __init__(self, *turns: dict[str, Any]) -> None:
-        self.turns = turns
-        self.requests: list[ChatRequest] = []
-
-    async def complete(self, request: ChatRequest) -> ChatReply:
-        self.requests.append(request)
-        n = sum(m["role"] == "assistant" for m in request.messages)
-        msg = self.turns[min(n, len(self.turns) - 1)]
-        return ChatReply(
-            message=msg,
-            finish_reason="stop",
-            prompt_tokens=count_prompt(request.messages, request.tools),
-            completion_tokens=count_completion(msg),
-        )
+from orchestra.testing import DONE, tool_calls
+from orchestra.testing import FakeProvider as Script
 
 
 def calls(*specs: tuple[str, str]) -> dict[str, Any]:
-    return {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": a}}
-            for i, (n, a) in enumerate(specs)
-        ],
-    }
-
-
-DONE = {"role": "assistant", "content": "done"}
+    return tool_calls(*specs)
 
 
 @tool(read_only=True)

@@ -183,6 +183,17 @@ async def test_nousage_leaves_usage_out_of_every_reply(kind: str):
     assert replies == [expected] * 3
 
 
+async def test_promptpct_scales_the_reported_prompt_count_of_every_reply(kind: str):
+    async with open_client(kind) as client:
+        replies = [(await post(client, "plan+prompt160")).json() for _ in range(2)]
+    usage = reply(CHAT)["usage"]
+    scaled = -(-usage["prompt_tokens"] * 160 // 100)
+    for body in replies:
+        assert body["usage"]["prompt_tokens"] == scaled > usage["prompt_tokens"]
+        assert body["usage"]["completion_tokens"] == usage["completion_tokens"]
+    assert FaultSpec.parse("plan+prompt160+429").fault(0) == Modifier("429")
+
+
 async def test_labels_keep_separate_counters_and_plain_names_are_not_counted(kind: str):
     async with open_client(kind) as client:
         codes = [(await post(client, m)).status_code for m in ("plan+500@a", "plan+500@b")]

@@ -11,8 +11,6 @@ import trio
 
 from orchestra import (
     Agent,
-    ChatReply,
-    ChatRequest,
     ConfigError,
     Event,
     InterruptionKind,
@@ -26,39 +24,12 @@ from orchestra import (
     ToolPolicy,
     tool,
 )
-from orchestra._tokens import count_completion, count_prompt
-from orchestra.testing import InMemorySpanSink
-
-
-class Script:
-    """A provider that plays fixed assistant messages, one per turn."""
-
-    def __init__(self, *turns: dict[str, Any]) -> None:
-        self.turns = turns
-
-    async def complete(self, request: ChatRequest) -> ChatReply:
-        n = sum(m["role"] == "assistant" for m in request.messages)
-        msg = self.turns[min(n, len(self.turns) - 1)]
-        return ChatReply(
-            message=msg,
-            finish_reason="stop",
-            prompt_tokens=count_prompt(request.messages, request.tools),
-            completion_tokens=count_completion(msg),
-        )
+from orchestra.testing import DONE, InMemorySpanSink, tool_calls
+from orchestra.testing import FakeProvider as Script
 
 
 def calls(*names: str) -> dict[str, Any]:
-    return {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": "{}"}}
-            for i, n in enumerate(names)
-        ],
-    }
-
-
-DONE = {"role": "assistant", "content": "done"}
+    return tool_calls(*((n, "{}") for n in names))
 
 
 def agent(*tools: Tool, policy: ToolPolicy | None = None, limits: Limits | None = None) -> Agent:

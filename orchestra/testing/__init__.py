@@ -7,6 +7,8 @@ request (:func:`reply`); the request's ``model`` names a scenario from
 scenarios call tools that work on the files of :data:`SANDBOX_FILES`;
 :func:`make_sandbox` writes them to a directory. :class:`InMemorySpanSink`
 keeps the spans of a :class:`~orchestra.RecordingTracerProvider` for assertions.
+:class:`FakeProvider` plays fixed assistant messages without HTTP (build them
+with :func:`tool_calls` and :data:`DONE`).
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ._fake import DONE, FakeProvider, tool_calls
 from ._scenarios import SANDBOX_FILES, SCENARIOS, Scenario, ScriptError, reply
 from ._server import scripted_server, serve_scripted
 from ._spans import InMemorySpanSink
 from ._transport import ScriptedTransport
 
 __all__ = [
+    "DONE",
+    "FakeProvider",
     "SANDBOX_FILES",
     "SCENARIOS",
     "InMemorySpanSink",
@@ -30,6 +35,7 @@ __all__ = [
     "reply",
     "scripted_server",
     "serve_scripted",
+    "tool_calls",
 ]
 
 

@@ -21,6 +21,10 @@ A request's ``model`` may add faults to its scenario:
     the connection is reset (RST) without an answer.
 ``nousage``
     the reply lacks its ``usage`` object. Not counted: every reply.
+``promptPCT`` (e.g. ``prompt160``)
+    the reply reports ``usage.prompt_tokens`` as PCT % of the o200k count
+    (rounded up), as a server with another tokenizer or chat template would.
+    Not counted: every reply.
 
 Counting: a :class:`FaultCounter` belongs to one server or transport. The
 ``n``-th chat request (from 0) for a model name meets the fault covering ``n``
@@ -70,12 +74,19 @@ class Modifier:
 
 
 def _unknown(model: str, part: str, why: str) -> ScriptError:
-    known = ", ".join(("NNN (an HTTP status 400-599)", *KEYWORDS))
+    known = ", ".join(("NNN (an HTTP status 400-599)", *KEYWORDS, "promptPCT"))
     message = f"bad fault modifier {part!r} in model {model!r}: {why} (known: {known}; xN repeats)"
     return ScriptError(404, "model_not_found", message)
 
 
+_PROMPT = re.compile(r"prompt(?P<percent>\d{1,4})")
+UNCOUNTED: Final = frozenset({"nousage", "prompt"})
+"""Modifiers that shape every reply instead of failing some requests."""
+
+
 def _modifier(model: str, part: str) -> Modifier:
+    if (scaled := _PROMPT.fullmatch(part)) is not None:
+        return Modifier("prompt", int(scaled["percent"]))
     match = _MODIFIER.fullmatch(part)
     if match is None:
         raise _unknown(model, part, "not FAULT or FAULTxN")
@@ -116,10 +127,15 @@ class FaultSpec:
         """Whether replies carry ``usage`` (False with ``nousage``)."""
         return all(m.name != "nousage" for m in self.modifiers)
 
+    @property
+    def prompt_percent(self) -> int:
+        """The share of our prompt count the replies report (``promptPCT``), in %."""
+        return next((m.count for m in self.modifiers if m.name == "prompt"), 100)
+
     def fault(self, n: int) -> Modifier | None:
         """The fault the ``n``-th request (from 0) for this model meets, if any."""
         for modifier in self.modifiers:
-            if modifier.name == "nousage":
+            if modifier.name in UNCOUNTED:
                 continue
             if n < modifier.count:
                 return modifier
@@ -151,6 +167,7 @@ class FaultCounter:
             body=json.dumps({**request, "model": spec.base}).encode(),
             fault=self._take(spec),
             usage=spec.usage or not self.enabled,
+            prompt_percent=spec.prompt_percent if self.enabled else 100,
         )
 
     def _take(self, spec: FaultSpec) -> Modifier | None:
@@ -187,6 +204,7 @@ class Prepared:
     body: bytes
     fault: Modifier | None = None
     usage: bool = True
+    prompt_percent: int = 100
     error: ScriptError | None = None
 
     @property
@@ -206,7 +224,9 @@ class Prepared:
         result = answer(method, target, self.body, latency=latency, latency_ms=latency_ms)
         if self.fault and self.fault.name == "garbage" and result.status == 200:
             return RawAnswer(200, {}, result.delay, raw=GARBAGE)
-        return result if self.usage else _without_usage(result)
+        if not self.usage:
+            return _without_usage(result)
+        return _scaled(result, self.prompt_percent) if self.prompt_percent != 100 else result
 
 
 @attrs.frozen
@@ -218,6 +238,15 @@ class RawAnswer(Answer):
     @property
     def content(self) -> bytes:
         return self.raw
+
+
+def _scaled(result: Answer, percent: int) -> Answer:
+    usage = result.body.get("usage")
+    if result.status != 200 or not isinstance(usage, dict):
+        return result
+    prompt = -(-usage["prompt_tokens"] * percent // 100)
+    scaled = {**usage, "prompt_tokens": prompt, "total_tokens": prompt + usage["completion_tokens"]}
+    return attrs.evolve(result, body={**result.body, "usage": scaled})
 
 
 def _without_usage(result: Answer) -> Answer:
