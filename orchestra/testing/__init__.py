@@ -24,9 +24,9 @@ from ._transport import ScriptedTransport
 
 __all__ = [
     "DONE",
-    "FakeProvider",
     "SANDBOX_FILES",
     "SCENARIOS",
+    "FakeProvider",
     "InMemorySpanSink",
     "Scenario",
     "ScriptError",
