@@ -27,7 +27,7 @@ from click.shell_completion import CompletionItem
 
 from ._cli_money import Money, money_options, tokens_option
 from ._cli_output import print_runs, print_tree, print_waiting
-from ._cli_recipe import Recipe
+from ._cli_recipe import RUN_MAX_TOKENS, RUN_TIMEOUT_S, Recipe
 from ._cli_session import EXIT_CODES, Session, report, supervise, tree_result
 from ._demo import SCENARIOS, demo_task, parse_scenario
 from ._exceptions import OrchestraError
@@ -297,6 +297,20 @@ def demo(
     is_flag=True,
     help="Read tool calls a model wrote as JSON text in its answer (declared tools only).",
 )
+@click.option(
+    "--request-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=RUN_TIMEOUT_S,
+    show_default=True,
+    help="Seconds to wait for one model reply (a local model on a CPU is slow).",
+)
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(min=1),
+    default=RUN_MAX_TOKENS,
+    show_default=True,
+    help="Most tokens per reply (the budget may lower it).",
+)
 @store_option
 @json_option
 @otlp_options
@@ -312,6 +326,8 @@ def run_command(
     max_tokens_total: int | None,
     money: Money,
     recover_tool_calls: bool,
+    request_timeout: float,
+    max_tokens: int,
     timeout: float | None,
     directory: str,
     trace: str | None,
@@ -327,6 +343,8 @@ def run_command(
         base_url=base_url,
         model=model,
         recover_tool_calls=recover_tool_calls,
+        request_timeout=request_timeout,
+        max_tokens=max_tokens,
         **_money_fields(money),
     )
     tracer, spans = _tracing(otlp, otlp_protocol, otlp_endpoint)

@@ -34,6 +34,11 @@ __all__ = ["Recipe"]
 _KEY = "orchestra.cli.recipe"
 DEMO_TIMEOUT_S = 5.0
 """The demo provider's HTTP timeout: a ``hang`` fault costs this much per attempt."""
+RUN_TIMEOUT_S = 600.0
+"""``orchestra run``'s HTTP timeout: a local model on two CPU cores can take
+minutes for one long reply (276 s seen for 1,024 tokens under load)."""
+RUN_MAX_TOKENS = 1024
+"""``orchestra run``'s default ``max_tokens`` per reply."""
 
 
 @attrs.frozen(kw_only=True)
@@ -54,6 +59,8 @@ class Recipe:
     margin_ratio: float = 0.0
     margin_tokens: int = 0
     recover_tool_calls: bool = False
+    request_timeout: float = RUN_TIMEOUT_S
+    max_tokens: int = RUN_MAX_TOKENS
     faults: bool = True
     """Whether the embedded scripted server plays the scenario's fault modifiers."""
 
@@ -116,6 +123,7 @@ class Recipe:
             tools=catalog(self.directory),
             limits=limits,
             policy=self.policy(),
+            max_tokens=self.max_tokens,
         )
 
     @asynccontextmanager
@@ -126,6 +134,7 @@ class Recipe:
                 base_url=self.base_url,
                 api_key=api_key,
                 recover_tool_calls=self.recover_tool_calls,
+                timeout=self.request_timeout,
             )
             try:
                 yield provider

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import traceback
 import uuid
-from typing import TYPE_CHECKING
 
 import attrs
 import trio
@@ -22,11 +21,8 @@ from ._budget import carve
 from ._exceptions import ConfigError, RunNotFound, StateError
 from ._loop import drive
 from ._result import RunResult, stop_sentence
-from ._run import ChildWaiting, Exit, LiveRun
+from ._run import ChildWaiting, Exit, Host, LiveRun
 from ._state import Interruption, InterruptionKind, LimitRaise, Limits, RunState, Status, Usage
-
-if TYPE_CHECKING:
-    from ._runner import Runner
 
 __all__ = ["execute", "new_run_id", "new_state", "reopen", "result_of", "spawn_child"]
 
@@ -80,7 +76,7 @@ def reopen(run: LiveRun, limits: Limits | None, note: str) -> None:
     state.status, state.reason, state.interruption, state.error = Status.RUNNING, "", None, None
 
 
-def load_live(runner: Runner, run_id: str, agent: Agent, parent: LiveRun | None) -> LiveRun:
+def load_live(runner: Host, run_id: str, agent: Agent, parent: LiveRun | None) -> LiveRun:
     """A saved run, live again, with its tree usage recounted from its descendants.
 
     A process can die after a descendant saved its spend but before an ancestor
@@ -91,7 +87,7 @@ def load_live(runner: Runner, run_id: str, agent: Agent, parent: LiveRun | None)
     return LiveRun(state=state, agent=agent, runner=runner, parent=parent)
 
 
-def _tree_usage(runner: Runner, state: RunState) -> Usage:
+def _tree_usage(runner: Host, state: RunState) -> Usage:
     """Own usage of ``state`` and of every saved descendant (a child bound but
     never saved, because the process died in between, has spent nothing)."""
     total = state.own
@@ -110,7 +106,7 @@ def result_of(run: LiveRun) -> RunResult:
 
 
 async def spawn_child(
-    runner: Runner,
+    runner: Host,
     parent: LiveRun,
     call_id: str,
     agent: Agent,
@@ -151,7 +147,7 @@ def _bind(parent: LiveRun, state: RunState, agent: Agent) -> LiveRun:
 
 
 def _reattach(
-    runner: Runner,
+    runner: Host,
     parent: LiveRun,
     call_id: str,
     agent: Agent,

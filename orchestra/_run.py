@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import trio
@@ -25,9 +25,64 @@ from ._state import Interruption, RunState, Status, Usage
 from ._tokens import MessageCounter
 
 if TYPE_CHECKING:
-    from ._runner import Runner
+    from ._margin import Margin
+    from ._money import PriceTable
+    from ._provider import Provider
+    from ._retry import RetryPolicy
+    from ._store import Store
 
-__all__ = ["ChildWaiting", "Exit", "LiveRun"]
+__all__ = ["ChildWaiting", "Exit", "Host", "LiveRun"]
+
+
+class Host(Protocol):
+    """What a run needs from whatever runs it (a :class:`~orchestra.Runner`).
+
+    The layers below the runner (execute, loop, budget, dispatch) see the
+    runner only through this, so they never import it.
+    """
+
+    provider: Provider
+    prices: PriceTable
+    retry: RetryPolicy
+    store: Store
+
+    def now(self) -> float:
+        """Wall-clock seconds, advancing with trio's clock."""
+        ...
+
+    def margin_for(self, model: str) -> Margin:
+        """The prompt margin for the next call of ``model``."""
+        ...
+
+    def observe_prompt(self, model: str, *, ours: int, theirs: int, messages: int) -> None:
+        """Learn how the provider counts ``model``'s prompts."""
+        ...
+
+    def emit(self, run: LiveRun, event: Event) -> None:
+        """Send an event about ``run``."""
+        ...
+
+    def save(self, state: RunState, events: Sequence[dict[str, Any]] = ()) -> None:
+        """Save ``state`` (fenced by the tree's lease)."""
+        ...
+
+    def lost_lease(self, root_id: str) -> bool:
+        """Whether this process lost the tree's lease."""
+        ...
+
+    def register(self, run: LiveRun) -> None:
+        """Note ``run`` as live (cancellable by id)."""
+        ...
+
+    def unregister(self, run: LiveRun) -> None:
+        """Forget ``run`` once it stopped."""
+        ...
+
+    async def spawn_child(
+        self, parent: LiveRun, call_id: str, agent: Agent, task: str, *, limits: Any = None
+    ) -> str:
+        """Run a child of ``parent`` for call ``call_id``; its answer as text."""
+        ...
 
 
 @attrs.frozen(kw_only=True)
@@ -58,7 +113,7 @@ class LiveRun:
 
     state: RunState
     agent: Agent
-    runner: Runner
+    runner: Host
     parent: LiveRun | None = None
     children: list[LiveRun] = attrs.Factory(list)
     counter: MessageCounter = attrs.Factory(MessageCounter)

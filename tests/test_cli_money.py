@@ -99,3 +99,29 @@ def test_a_token_budget_bounds_the_run_and_can_be_raised_on_resume(tmp_path):
     assert (code, resumed["status"]) == (4, "budget_exceeded")
     assert resumed["budget_tokens"] == 20000
     assert report["tree_tokens"] < resumed["tree_tokens"] <= 20000
+
+
+def test_max_tokens_and_request_timeout_reach_the_provider(server_url, tmp_path):
+    trace = tmp_path / "t.jsonl"
+    code, report, _ = run(
+        *(server_url, tmp_path, "plan"),
+        *("--max-tokens", "40", "--request-timeout", "30", "--trace", str(trace)),
+    )
+    assert code == 0 and report["status"] == "completed"
+    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    asked = [e["max_tokens"] for e in events if e["type"] == "model_request"]
+    assert asked and all(m <= 40 for m in asked)
+
+
+def test_a_request_timeout_must_be_positive(server_url, tmp_path):
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "orchestra", "run", TASK, "--base-url", server_url),
+            *("--model", "plan", "--request-timeout", "0"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "--request-timeout" in done.stderr
