@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -148,23 +148,24 @@ class LiveRun:
         for node in self.lineage():
             node.state.tree = node.state.tree + usage
 
+    def _left(self, measure: Callable[[LiveRun], int | None]) -> tuple[int, LiveRun] | None:
+        """The least ``measure`` over this run's lineage (None: unbounded), and its run."""
+        left = [(value, node) for node in self.lineage() if (value := measure(node)) is not None]
+        return min(left, key=lambda pair: pair[0]) if left else None
+
     def available_pico(self) -> int | None:
         """What this run may still commit: the least left over it and its ancestors."""
-        left = [
-            budget - node.state.tree.cost_pico - node.reserved_pico
-            for node in self.lineage()
-            if (budget := node.state.limits.budget_pico) is not None
-        ]
-        return min(left) if left else None
+        left = self._left(_pico_left)
+        return None if left is None else left[0]
 
     def available_tokens(self) -> int | None:
         """Tokens this run may still commit under its and its ancestors' token budgets."""
-        left = [
-            budget - node.state.tree.tokens - node.reserved_tokens
-            for node in self.lineage()
-            if (budget := node.state.limits.max_tokens_total) is not None
-        ]
-        return min(left) if left else None
+        left = self._left(_tokens_left)
+        return None if left is None else left[0]
+
+    def available_turns(self) -> tuple[int, LiveRun] | None:
+        """Model calls still allowed, and the run whose limit is tightest."""
+        return self._left(_turns_left)
 
     def overspent(self) -> tuple[LiveRun, str] | None:
         """The first run of the lineage whose tree spent past a budget, and by how much."""
@@ -178,15 +179,6 @@ class LiveRun:
             if cap is not None and tree.tokens > cap:
                 return node, f"{tree.tokens} tokens spent, {tree.tokens - cap} over"
         return None
-
-    def available_turns(self) -> tuple[int, LiveRun] | None:
-        """Model calls still allowed, and the run whose limit is tightest."""
-        left = [
-            (turns - node.state.tree.model_calls - node.reserved_turns, node)
-            for node in self.lineage()
-            if (turns := node.state.limits.max_turns) is not None
-        ]
-        return min(left, key=lambda pair: pair[0]) if left else None
 
     def reserve(self, pico: int, turns: int, tokens: int = 0) -> None:
         """Hold ``pico``, ``turns`` and ``tokens`` against this run and every ancestor."""
@@ -254,3 +246,18 @@ class LiveRun:
         if not self.runner.lost_lease(s.root_id):
             with contextlib.suppress(LeaseLost):  # the runner has noted it and cancels the tree
                 self.checkpoint()
+
+
+def _pico_left(node: LiveRun) -> int | None:
+    budget = node.state.limits.budget_pico
+    return None if budget is None else budget - node.state.tree.cost_pico - node.reserved_pico
+
+
+def _tokens_left(node: LiveRun) -> int | None:
+    budget = node.state.limits.max_tokens_total
+    return None if budget is None else budget - node.state.tree.tokens - node.reserved_tokens
+
+
+def _turns_left(node: LiveRun) -> int | None:
+    turns = node.state.limits.max_turns
+    return None if turns is None else turns - node.state.tree.model_calls - node.reserved_turns
