@@ -58,7 +58,11 @@ stop_running() {
     fi
     pid="$(cat "$PIDFILE" 2>/dev/null || true)"
     if ! is_ours "$pid"; then
-        log "not running (stale pid file${pid:+: pid $pid is not our $NAME}); removing it"
+        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+            log "pid $pid (from $PIDFILE) is alive but is not a $NAME of ours; leaving it and its pid file"
+            return 1
+        fi
+        log "not running (stale pid file${pid:+: pid $pid is gone}); removing it"
         rm -f "$PIDFILE"
         return 0
     fi

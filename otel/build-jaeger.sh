@@ -8,10 +8,10 @@
 # build through a throwaway "tool" module in a temp dir and copy the upstream
 # replace directives into it.
 #
-# Env: ORCHESTRA_CACHE, JAEGER_VERSION (default v1.76.0), GO (go binary).
+# Env: ORCHESTRA_CACHE, JAEGER_VERSION (default v1.75.0), GO (go binary).
 set -euo pipefail
 
-JAEGER_VERSION="${JAEGER_VERSION:-v1.76.0}"
+JAEGER_VERSION="${JAEGER_VERSION:-v1.75.0}"
 JAEGER_MODULE="github.com/jaegertracing/jaeger"
 JAEGER_PKG="$JAEGER_MODULE/cmd/jaeger"
 CACHE="${ORCHESTRA_CACHE:-$HOME/.cache/orchestra}"
