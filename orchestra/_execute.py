@@ -204,7 +204,7 @@ async def execute(run: LiveRun) -> None:
     _warn_about_price(run)
     run.checkpoint()
     run.runner.register(run)
-    started = trio.current_time()
+    run.clock_started = trio.current_time()
     try:
         with trio.CancelScope(deadline=run.deadline) as run.scope:
             if run.cancel_reason is not None:  # cancelled before it started
@@ -213,7 +213,6 @@ async def execute(run: LiveRun) -> None:
     except Exception as exc:  # a bug or a broken dependency: the run fails, as data
         run.finish(_internal_error(exc))
     finally:
-        run.state.elapsed_s += trio.current_time() - started
         run.runner.unregister(run)
         if run.state.status is Status.RUNNING:
             run.finish(stopped_exit(run))

@@ -126,6 +126,9 @@ class LiveRun:
     """Events emitted since the last save; they are stored with the next one."""
     deadline: float = float("inf")
     """Trio-clock deadline of this run (already the min over its ancestors)."""
+    clock_started: float | None = None
+    """Trio time this process started executing the run (its elapsed time is
+    added to ``state.elapsed_s`` when it finishes)."""
 
     def lineage(self) -> Iterator[LiveRun]:
         """This run, then its parent, up to the root."""
@@ -228,6 +231,9 @@ class LiveRun:
         only: the new holder's saved state is never overwritten.
         """
         s = self.state
+        if self.clock_started is not None:
+            s.elapsed_s += trio.current_time() - self.clock_started
+            self.clock_started = None
         s.status, s.reason, s.error, s.interruption = (
             exit_.status,
             redact(exit_.reason),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import trio
 
 from orchestra import (
@@ -132,3 +133,21 @@ async def test_max_tokens_is_lowered_to_what_the_budget_pays():
     # $0.001 minus the prompt, at $12/M output tokens
     assert 16 <= granted < 0.001 / 12e-6
     assert result.status is Status.COMPLETED
+
+
+async def test_the_saved_state_keeps_the_elapsed_time(autojump_clock):
+    from orchestra import MemoryStore, tool
+    from orchestra.testing import DONE, FakeProvider, tool_calls
+
+    @tool(read_only=True)
+    async def wait() -> str:
+        """Wait two seconds."""
+        await trio.sleep(2)
+        return "waited"
+
+    store = MemoryStore()
+    provider = FakeProvider(tool_calls(("wait", {})), DONE)
+    agent = Agent(name="a", model="m", tools=(wait,))
+    result = await Runner(provider=provider, store=store).run(agent, "go")
+    assert result.state.elapsed_s == pytest.approx(2.0)
+    assert store.load(result.run_id).elapsed_s == pytest.approx(2.0)
