@@ -5,48 +5,55 @@ that rolls up the tree as it happens, a budget enforced before each model
 call, one cancel scope per run, and exactly one exit, as data.
 """
 
-from ._agent import Agent, ToolPolicy, detailed_errors, generic_errors
-from ._budget import MIN_COMPLETION
-from ._catalog import catalog
-from ._events import Event, EventSink, JsonlSink, fanout
-from ._exceptions import (
-    ConfigError,
-    LeaseError,
-    LeaseLost,
-    OrchestraError,
-    PermanentToolError,
-    ProviderError,
-    ProviderHTTPError,
-    ProviderReplyError,
-    RunNotFound,
-    SchemaVersionError,
-    StateError,
-    TokenizerError,
-    ToolError,
-)
-from ._margin import FIRST_MARGIN, Calibration, Margin
-from ._money import Price, PriceTable
-from ._otel import OTelTracer, configure_otlp, flush_spans
-from ._provider import ChatReply, ChatRequest, OpenAIProvider, Provider
-from ._result import RunResult
-from ._retry import RetryPolicy
-from ._runner import RunHandle, Runner
-from ._serde import state_from_dict, state_from_json, state_to_dict, state_to_json
-from ._spans import RecordingTracerProvider, SpanSink
-from ._sqlite import SQLiteStore, default_store_path
-from ._state import (
-    Approval,
-    Interruption,
-    InterruptionKind,
-    LimitRaise,
-    Limits,
-    RunState,
-    Status,
-    Usage,
-)
-from ._stops import StopCondition
-from ._store import MemoryStore, Store
-from ._tools import Tool, ToolContext, tool
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._agent import Agent, ToolPolicy, detailed_errors, generic_errors
+    from ._budget import MIN_COMPLETION
+    from ._catalog import catalog
+    from ._events import Event, EventSink, JsonlSink, fanout
+    from ._exceptions import (
+        ConfigError,
+        LeaseError,
+        LeaseLost,
+        OrchestraError,
+        PermanentToolError,
+        ProviderError,
+        ProviderHTTPError,
+        ProviderReplyError,
+        RunNotFound,
+        SchemaVersionError,
+        StateError,
+        StoreError,
+        TokenizerError,
+        ToolError,
+    )
+    from ._margin import FIRST_MARGIN, Calibration, Margin
+    from ._money import Price, PriceTable
+    from ._otel import OTelTracer, configure_otlp, flush_spans
+    from ._provider import ChatReply, ChatRequest, OpenAIProvider, Provider
+    from ._result import RunResult
+    from ._retry import RetryPolicy
+    from ._runner import RunHandle, Runner
+    from ._serde import state_from_dict, state_from_json, state_to_dict, state_to_json
+    from ._spans import RecordingTracerProvider, SpanSink
+    from ._sqlite import SQLiteStore, default_store_path
+    from ._state import (
+        Approval,
+        Interruption,
+        InterruptionKind,
+        LimitRaise,
+        Limits,
+        RunState,
+        Status,
+        Usage,
+    )
+    from ._stops import StopCondition
+    from ._store import MemoryStore, Store
+    from ._tools import Tool, ToolContext, tool
 
 __all__ = [
     "FIRST_MARGIN",
@@ -92,6 +99,7 @@ __all__ = [
     "Status",
     "StopCondition",
     "Store",
+    "StoreError",
     "TokenizerError",
     "Tool",
     "ToolContext",
@@ -111,3 +119,69 @@ __all__ = [
     "state_to_json",
     "tool",
 ]
+
+# Each public name is imported from its module on first use (PEP 562), so that
+# ``import orchestra`` and commands such as ``orchestra --help`` or ``orchestra
+# runs`` load neither the OpenTelemetry SDK, nor jsonschema, nor httpx.
+_MODULE_OF: dict[str, str] = {
+    name: module
+    for module, names in {
+        "_agent": ("Agent", "ToolPolicy", "detailed_errors", "generic_errors"),
+        "_budget": ("MIN_COMPLETION",),
+        "_catalog": ("catalog",),
+        "_events": ("Event", "EventSink", "JsonlSink", "fanout"),
+        "_exceptions": (
+            "ConfigError",
+            "LeaseError",
+            "LeaseLost",
+            "OrchestraError",
+            "PermanentToolError",
+            "ProviderError",
+            "ProviderHTTPError",
+            "ProviderReplyError",
+            "RunNotFound",
+            "SchemaVersionError",
+            "StateError",
+            "StoreError",
+            "TokenizerError",
+            "ToolError",
+        ),
+        "_margin": ("FIRST_MARGIN", "Calibration", "Margin"),
+        "_money": ("Price", "PriceTable"),
+        "_otel": ("OTelTracer", "configure_otlp", "flush_spans"),
+        "_provider": ("ChatReply", "ChatRequest", "OpenAIProvider", "Provider"),
+        "_result": ("RunResult",),
+        "_retry": ("RetryPolicy",),
+        "_runner": ("RunHandle", "Runner"),
+        "_serde": ("state_from_dict", "state_from_json", "state_to_dict", "state_to_json"),
+        "_spans": ("RecordingTracerProvider", "SpanSink"),
+        "_sqlite": ("SQLiteStore", "default_store_path"),
+        "_state": (
+            "Approval",
+            "Interruption",
+            "InterruptionKind",
+            "LimitRaise",
+            "Limits",
+            "RunState",
+            "Status",
+            "Usage",
+        ),
+        "_stops": ("StopCondition",),
+        "_store": ("MemoryStore", "Store"),
+        "_tools": ("Tool", "ToolContext", "tool"),
+    }.items()
+    for name in names
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # resolved once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

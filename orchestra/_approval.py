@@ -44,25 +44,75 @@ def waiting_call(store: Store, run_id: str, call_id: str | None = None) -> Inter
 
 
 def approve(store: Store, run_id: str, call_id: str | None = None) -> Interruption:
-    """Approve the waiting call (bound to its id and its exact arguments)."""
-    waiting = waiting_call(store, run_id, call_id)
-    holder = store.load(waiting.run_id or run_id)
-    assert waiting.call_id is not None
-    holder.approvals.append(Approval(call_id=waiting.call_id, arguments=waiting.arguments or {}))
-    holder.rejections.pop(waiting.call_id, None)
+    """Approve the waiting call (bound to its id and its exact arguments).
+
+    Approving a call already approved changes nothing.
+
+    Raises:
+        StateError: the run waits for no approval, or the call was rejected
+            already (a decision is never silently replaced).
+    """
+    waiting, holder, approval = _deciding(store, run_id, call_id, "approve")
+    if approval not in holder.approvals:
+        holder.approvals.append(approval)
     store.save(holder)
     return waiting
 
 
 def reject(store: Store, run_id: str, call_id: str | None = None, reason: str = "") -> Interruption:
-    """Reject the waiting call; ``reason`` becomes its tool result (a default if empty)."""
+    """Reject the waiting call; ``reason`` becomes its tool result (a default if empty).
+
+    Rejecting a call already rejected for the same reason changes nothing.
+
+    Raises:
+        StateError: the run waits for no approval, or the call was approved
+            already, or rejected for another reason.
+    """
+    reason = reason.strip()
+    waiting, holder, approval = _deciding(store, run_id, call_id, "reject", reason)
+    holder.rejections[approval.call_id] = reason
+    store.save(holder)
+    return waiting
+
+
+def _deciding(
+    store: Store, run_id: str, call_id: str | None, decision: str, reason: str = ""
+) -> tuple[Interruption, RunState, Approval]:
+    """The waiting call, the state of the run holding it and the approval it would get.
+
+    Approvals of the call for other arguments (they approve nothing) are dropped.
+
+    Raises:
+        StateError: nothing waits, or the call was decided otherwise already.
+    """
     waiting = waiting_call(store, run_id, call_id)
     holder = store.load(waiting.run_id or run_id)
     assert waiting.call_id is not None
-    holder.rejections[waiting.call_id] = reason.strip()
-    holder.approvals = [a for a in holder.approvals if a.call_id != waiting.call_id]
-    store.save(holder)
-    return waiting
+    approval = Approval(call_id=waiting.call_id, arguments=waiting.arguments or {})
+    holder.approvals = [
+        a for a in holder.approvals if a.call_id != approval.call_id or a == approval
+    ]
+    _refuse_second_decision(holder, approval.call_id, decision, reason)
+    return waiting, holder, approval
+
+
+def _refuse_second_decision(holder: RunState, call_id: str, decision: str, reason: str) -> None:
+    """Raise if ``call_id`` was already decided otherwise than ``decision`` (with ``reason``).
+
+    Raises:
+        StateError: naming the decision already taken.
+    """
+    where = f"call {call_id} in run {holder.run_id}"
+    if any(a.call_id == call_id for a in holder.approvals):
+        if decision != "approve":
+            raise StateError(f"{where} was already approved; a decision is not replaced")
+    elif call_id in holder.rejections:
+        taken = holder.rejections[call_id]
+        said = f"rejected ({taken!r})" if taken else "rejected"
+        if decision != "reject":
+            raise StateError(f"{where} was already {said}; a decision is not replaced")
+        if taken != reason:
+            raise StateError(f"{where} was already {said}; it is not rejected again otherwise")
 
 
 def cancel_unowned(store: SQLiteStore, run_id: str, reason: str, owner: str) -> list[str]:

@@ -74,8 +74,12 @@ def check_turns(run: LiveRun) -> Exit | None:
     whose = "" if node is run else f" of ancestor run {node.state.run_id}"
     return Exit(
         status=Status.MAX_TURNS_EXCEEDED,
-        reason=f"turn limit{whose} reached: {node.state.limits.max_turns} model calls",
+        reason=f"turn limit{whose} reached: {_calls(node.state.limits.max_turns)}",
     )
+
+
+def _calls(count: int | None) -> str:
+    return f"{count} model call" if count == 1 else f"{count} model calls"
 
 
 def reserve(run: LiveRun, prompt_tokens: int, messages: int, margin: Margin) -> Grant | Exit:

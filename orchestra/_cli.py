@@ -7,40 +7,53 @@ cancelled and resumed from another.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import click
-import stamina.instrumentation
-import trio
 from click.shell_completion import CompletionItem
 
+from ._cli_errors import CommandError, OrchestraGroup, status_exit
 from ._cli_money import Money, money_options, tokens_option
+from ._cli_options import (
+    MAX_SECONDS,
+    READ_ONLY_TOOLS,
+    SECONDS,
+    TURNS,
+    USD,
+    Number,
+    OutputFile,
+    ToolNames,
+    count,
+)
 from ._cli_output import print_runs, print_tree, print_waiting
 from ._cli_recipe import RUN_MAX_TOKENS, RUN_TIMEOUT_S, Recipe
-from ._cli_session import EXIT_CODES, Session, report, supervise, tree_result
-from ._demo import SCENARIOS, demo_task, parse_scenario
 from ._exceptions import OrchestraError
-from ._execute import new_run_id
-from ._otlp_child import PROTOCOLS
-from ._sqlite import SQLiteStore
+from ._otlp_protocol import PROTOCOLS
 from ._state import Limits, RunState, Status
-from ._tokens import encoding
+
+if TYPE_CHECKING:
+    from ._cli_session import Session
+    from ._sqlite import SQLiteStore
+
+# Modules that run trees (trio, the runner, the tokenizer, OpenTelemetry, the
+# demo's tools) are imported inside the commands that need them: `--help`,
+# `runs`, `show` and `cancel` start without them (tests/test_startup.py).
 
 __all__ = ["main", "run"]
 
 
 def _store(path: str | None) -> SQLiteStore:
+    from ._sqlite import SQLiteStore
+
     return SQLiteStore(path)
 
 
@@ -67,7 +80,10 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON o
 def otlp_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``--otlp``: export spans over OTLP (standard ``OTEL_*`` variables apply)."""
     fn = click.option(
-        "--otlp-endpoint", default=None, help="Overrides OTEL_EXPORTER_OTLP_ENDPOINT."
+        "--otlp-endpoint",
+        default=None,
+        metavar="URL",
+        help="Overrides OTEL_EXPORTER_OTLP_ENDPOINT.",
     )(fn)
     fn = click.option(
         "--otlp-protocol",
@@ -106,6 +122,8 @@ def _money_fields(money: Money) -> dict[str, Any]:
 
 
 def _sandbox(directory: str | None) -> Path:
+    import tempfile
+
     from .testing import make_sandbox
 
     if directory is None:
@@ -122,16 +140,31 @@ def _finish(
     store_path: str | None,
     spans: Any = None,
 ) -> None:
+    from ._cli_session import report
+
     out = report(result, session.store, elapsed, session.recipe.directory)
     if as_json:
+        if spans is not None:
+            out["spans_exported"] = _export_spans(spans)
         click.echo(json.dumps(out, sort_keys=True))
     else:
-        print_tree(out)
+        print_tree({**out, "trace_id": None})  # said below, once its spans are sent
         print_waiting(out, _store_flag(store_path))
-    sys.stdout.flush()  # the result shows now; exporting the last spans may take longer
-    if spans is not None:
-        spans.shutdown()  # the export process sends the rest, then exits
-    sys.exit(EXIT_CODES[result.status])
+        sys.stdout.flush()  # the result shows now; exporting the last spans may take longer
+        if spans is not None:
+            exported = _export_spans(spans)
+            click.echo(f"trace: {out['trace_id']}" if exported else "trace: not exported")
+    sys.exit(status_exit(result.status))
+
+
+def _export_spans(spans: Any) -> bool:
+    """Send the last spans, for 2 s at most; if they were not exported, say why on stderr."""
+    from ._otel import finish_export
+
+    why = finish_export(spans)
+    if why is not None:
+        click.echo(f"warning: spans were not exported: {why}", err=True)
+    return why is None
 
 
 def _start(
@@ -142,6 +175,9 @@ def _start(
     store_path: str | None,
     spans: Any = None,
 ) -> None:
+    from ._execute import new_run_id
+    from ._tokens import encoding
+
     encoding()  # load the tokenizer before the clock starts
     agent = session.recipe.agent(limits)
     root_id = new_run_id()
@@ -149,8 +185,21 @@ def _start(
     async def go(runner: Any) -> Any:
         return await runner.run(agent, task, run_id=root_id, metadata=session.recipe.metadata())
 
-    result, elapsed = trio.run(supervise, session, root_id, go)
+    result, elapsed = _drive(session, root_id, go)
     _finish(result, session, elapsed, as_json, store_path, spans)
+
+
+def _drive(session: Session, root_id: str, go: Callable[[Any], Any]) -> tuple[Any, float]:
+    """Run ``go`` under the session's supervision on trio; its result and elapsed ms."""
+    import stamina.instrumentation
+    import trio
+
+    from ._cli_session import supervise
+
+    # Retries are reported as model_retry events and summarised; stamina's own
+    # log line per retry would only repeat them on stderr.
+    stamina.instrumentation.set_on_retry_hooks([])
+    return trio.run(supervise, session, root_id, go)
 
 
 class ScenarioType(click.types.StringParamType):
@@ -159,9 +208,11 @@ class ScenarioType(click.types.StringParamType):
     name = "scenario"
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
-        return "{" + "|".join(SCENARIOS) + "}[+FAULT[xN]...]"
+        return "SCENARIO[+FAULT[xN]...]"  # the scenarios are listed in the help, one a line
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from ._demo import parse_scenario
+
         name = super().convert(value, param, ctx)
         try:
             parse_scenario(name)
@@ -172,30 +223,110 @@ class ScenarioType(click.types.StringParamType):
     def shell_complete(
         self, ctx: click.Context, param: click.Parameter, incomplete: str
     ) -> list[CompletionItem]:
+        from ._demo import SCENARIOS
+
         return [CompletionItem(s) for s in SCENARIOS if s.startswith(incomplete)]
 
 
-@click.group()
-def main() -> None:
-    """Orchestra: LLM agents as governed trees."""
-    # Retries are reported as model_retry events and summarised; stamina's own
-    # log line per retry would only repeat them on stderr.
-    stamina.instrumentation.set_on_retry_hooks([])
+@click.group(cls=OrchestraGroup)
+@click.version_option(package_name="orchestra", message="%(prog)s %(version)s")
+@click.option(
+    "--debug",
+    is_flag=True,
+    envvar="ORCHESTRA_DEBUG",
+    show_envvar=True,
+    help="On an error, show its Python traceback instead of one line.",
+)
+def main(debug: bool) -> None:
+    """Orchestra: LLM agents as governed trees.
+
+    An error is one line `error: ...` on stderr. Exit codes:
+
+    \b
+      0  completed            4  budget_exceeded      8  operational error:
+      1  failed               5  deadline_exceeded       store, lease, no such
+      2  usage error          6  interrupted             run, cannot resume
+      3  max_turns_exceeded                           9  internal error (a bug)
+    """
+    # `debug` is read from the context by OrchestraGroup.invoke, around every command.
 
 
-@main.command()
+class DemoCommand(click.Command):
+    """``orchestra demo``: its help lists each scenario with what it does."""
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from ._demo import SCENARIOS
+        from .testing._scenarios import SCENARIOS as SCRIPTS
+
+        super().format_help_text(ctx, formatter)
+        with formatter.section("Scenarios"):
+            formatter.write_dl([(name, SCRIPTS[name].description) for name in SCENARIOS])
+
+
+def max_budget_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--max-budget`` in USD (finite, at most a million)."""
+    return click.option("--max-budget", type=USD, default=None, metavar="USD", help=help_text)
+
+
+def timeout_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--timeout`` in seconds (finite)."""
+    return click.option("--timeout", type=SECONDS, default=None, metavar="SECONDS", help=help_text)
+
+
+def trace_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--trace FILE``: the run's events as JSON lines (its directory must exist)."""
+    return click.option(
+        "--trace",
+        type=OutputFile(),
+        default=None,
+        metavar="FILE",
+        help="Append the run's events to FILE as JSON lines (- for stderr).",
+    )(fn)
+
+
+def api_key_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--api-key`` (never saved; ``$OPENAI_API_KEY`` by default)."""
+    return click.option(
+        "--api-key",
+        envvar="OPENAI_API_KEY",
+        default="",
+        show_envvar=True,
+        metavar="KEY",
+        help="Bearer key for the endpoint; never saved with the run.",
+    )(fn)
+
+
+@main.command(cls=DemoCommand)
 @click.argument("scenario", type=ScenarioType())
 @click.option(
     "--max-turns",
-    type=click.IntRange(min=0),
+    type=TURNS,
     default=None,
     help="Model calls for the whole tree. [default: 20; slow_tree: 2 + 2 per child]",
 )
-@click.option("--max-budget", type=click.FloatRange(min=0), default=None, help="USD, whole tree.")
-@click.option("--timeout", type=click.FloatRange(min=0), default=None, help="Seconds, whole tree.")
-@click.option("--child-budget", type=click.FloatRange(min=0), default=0.05, show_default=True)
-@click.option("--child-turns", type=click.IntRange(min=0), default=8, show_default=True)
-@click.option("--children", type=click.IntRange(1, 100), default=None, help="slow_tree: how many.")
+@max_budget_option("USD for the whole tree.")
+@timeout_option("Seconds for the whole tree.")
+@click.option(
+    "--child-budget",
+    type=USD,
+    default=0.05,
+    show_default=True,
+    metavar="USD",
+    help="USD each research child may spend (its own tree).",
+)
+@click.option(
+    "--child-turns",
+    type=TURNS,
+    default=8,
+    show_default=True,
+    help="Model calls each research child may make.",
+)
+@click.option(
+    "--children",
+    type=click.IntRange(1, 100),
+    default=None,
+    help="slow_tree: how many children. [default: 3]",
+)
 @click.option("--dedupe", is_flag=True, help="Answer repeated read-only calls from the transcript.")
 @click.option(
     "--errors",
@@ -207,17 +338,20 @@ def main() -> None:
 @click.option("--fatal-errors", is_flag=True, help="Any tool error fails the run.")
 @click.option(
     "--cancel-after",
-    type=click.FloatRange(min=0),
+    type=SECONDS,
     default=None,
+    metavar="SECONDS",
     help="Press Stop after this many seconds.",
 )
-@click.option("--dir", "directory", type=click.Path(file_okay=False), default=None)
 @click.option(
-    "--trace",
-    type=click.Path(dir_okay=False),
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False),
     default=None,
-    help="Append JSONL events here (- for stderr).",
+    help="Sandbox directory (made, with the demo files, if missing or empty). "
+    "[default: a new temporary directory]",
 )
+@trace_option
 @store_option
 @json_option
 @otlp_options
@@ -248,9 +382,12 @@ def demo(
     """Run SCENARIO against the embedded scripted provider.
 
     SCENARIO may add faults, SCENARIO+FAULT[xN]...: an HTTP status (429, 500,
-    401, ...), hang, garbage, truncated, reset or nousage; the first N requests
-    (default 1) meet each. `orchestra resume` plays no faults.
+    401, ...), hang, garbage, truncated, reset, nousage or promptPCT; the first
+    N requests (default 1) meet each. `orchestra resume` plays no faults.
     """
+    from ._cli_session import Session
+    from ._demo import demo_task, parse_scenario
+
     recipe = Recipe(
         directory=str(_sandbox(directory)),
         scenario=scenario,
@@ -271,6 +408,7 @@ def demo(
         trace=trace,
         cancel_after=cancel_after,
         tracer=tracer,
+        live=not as_json,
     )
     _start(
         session,
@@ -284,14 +422,43 @@ def demo(
 
 @main.command("run")
 @click.argument("task")
-@click.option("--base-url", envvar=["OPENAI_BASE_URL", "LLM_BASE_URL"], required=True)
-@click.option("--api-key", envvar="OPENAI_API_KEY", default="")
-@click.option("--model", required=True)
-@click.option("--max-turns", type=click.IntRange(min=0), default=20, show_default=True)
-@click.option("--max-budget", type=click.FloatRange(min=0), default=None)
-@click.option("--timeout", type=click.FloatRange(min=0), default=None)
-@click.option("--dir", "directory", type=click.Path(file_okay=False, exists=True), default=".")
-@click.option("--trace", type=click.Path(dir_okay=False), default=None)
+@click.option(
+    "--base-url",
+    envvar=["OPENAI_BASE_URL", "LLM_BASE_URL"],
+    show_envvar=True,
+    required=True,
+    metavar="URL",
+    help="The OpenAI-compatible endpoint, e.g. http://localhost:8080/v1.",
+)
+@api_key_option
+@click.option("--model", required=True, metavar="NAME", help="The model name the endpoint expects.")
+@click.option(
+    "--instructions",
+    default="",
+    metavar="TEXT",
+    help="The system message: who the agent is and how it works. [default: none]",
+)
+@click.option(
+    "--tools",
+    type=ToolNames(),
+    default=",".join(READ_ONLY_TOOLS),
+    show_default=True,
+    help="Catalog tools to offer, by name or first word: list_files, read_file, "
+    "delete_file (asks a human first), scan_archive (the demo's canned slow scan).",
+)
+@click.option("--dedupe", is_flag=True, help="Answer repeated read-only calls from the transcript.")
+@click.option("--max-turns", type=TURNS, default=20, show_default=True, help="Model calls.")
+@max_budget_option("USD for the whole tree (needs prices: see --price-in).")
+@timeout_option("Seconds for the whole tree.")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, exists=True),
+    default=".",
+    show_default=True,
+    help="The sandbox: the only directory the tools see (said on stderr at the start).",
+)
+@trace_option
 @click.option(
     "--recover-tool-calls",
     is_flag=True,
@@ -299,14 +466,15 @@ def demo(
 )
 @click.option(
     "--request-timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Number(max=MAX_SECONDS, min_open=True),
     default=RUN_TIMEOUT_S,
     show_default=True,
+    metavar="SECONDS",
     help="Seconds to wait for one model reply (a local model on a CPU is slow).",
 )
 @click.option(
     "--max-tokens",
-    type=click.IntRange(min=1),
+    type=count(1_000_000, low=1),
     default=RUN_MAX_TOKENS,
     show_default=True,
     help="Most tokens per reply (the budget may lower it).",
@@ -321,6 +489,9 @@ def run_command(
     base_url: str,
     api_key: str,
     model: str,
+    instructions: str,
+    tools: tuple[str, ...],
+    dedupe: bool,
     max_turns: int,
     max_budget: float | None,
     max_tokens_total: int | None,
@@ -337,19 +508,37 @@ def run_command(
     otlp_protocol: str | None,
     otlp_endpoint: str | None,
 ) -> None:
-    """Run TASK with the file catalog against any OpenAI-compatible endpoint."""
+    """Run TASK with the file catalog against any OpenAI-compatible endpoint.
+
+    The endpoint and key may come from $OPENAI_BASE_URL and $OPENAI_API_KEY.
+    The tools see only the sandbox directory (--dir, the current one by
+    default); they read only, unless --tools offers delete_file. Everything
+    but the key is saved with the run, so `orchestra resume` rebuilds the same
+    agent.
+    """
+    from ._cli_session import Session
+
     recipe = Recipe(
         directory=str(Path(directory).resolve()),
         base_url=base_url,
         model=model,
+        instructions=instructions,
+        tools=tools,
+        dedupe=dedupe,
         recover_tool_calls=recover_tool_calls,
         request_timeout=request_timeout,
         max_tokens=max_tokens,
         **_money_fields(money),
     )
+    click.echo(f"sandbox: {recipe.directory} (tools: {', '.join(tools)})", err=True)
     tracer, spans = _tracing(otlp, otlp_protocol, otlp_endpoint)
     session = Session(
-        recipe=recipe, store=_store(store_path), trace=trace, api_key=api_key, tracer=tracer
+        recipe=recipe,
+        store=_store(store_path),
+        trace=trace,
+        api_key=api_key,
+        tracer=tracer,
+        live=not as_json,
     )
     limits = _limits(max_turns, max_budget, timeout, max_tokens_total)
     _start(session, limits, task, as_json, store_path, spans)
@@ -357,11 +546,11 @@ def run_command(
 
 @main.command()
 @click.argument("run_id")
-@click.option("--max-turns", type=click.IntRange(min=0), default=None, help="Raise the turn limit.")
-@click.option("--max-budget", type=click.FloatRange(min=0), default=None, help="Raise the budget.")
-@click.option("--timeout", type=click.FloatRange(min=0), default=None, help="A new deadline.")
-@click.option("--api-key", envvar="OPENAI_API_KEY", default="")
-@click.option("--trace", type=click.Path(dir_okay=False), default=None)
+@click.option("--max-turns", type=TURNS, default=None, help="Raise the turn limit.")
+@max_budget_option("Raise the budget (USD, whole tree).")
+@timeout_option("A new deadline: seconds from now.")
+@api_key_option
+@trace_option
 @store_option
 @json_option
 @otlp_options
@@ -381,16 +570,21 @@ def resume(
     otlp_endpoint: str | None,
 ) -> None:
     """Continue a stopped run (after an approval, a cancel, a crash or a raised limit)."""
+    from ._cli_session import Session
+    from ._tokens import encoding
+
     store, state = _loaded(store_path, run_id)
     if state.parent_id is not None:
-        raise click.ClickException(
+        raise CommandError(
             f"run {state.run_id} is a child run; resume its tree from the root: "
             f"orchestra resume {state.root_id}{_store_flag(store_path)}"
         )
     raised = _raised(state.limits, max_turns, max_budget, timeout, max_tokens_total)
     recipe = Recipe.of(state)
     tracer, spans = _tracing(otlp, otlp_protocol, otlp_endpoint)
-    session = Session(recipe=recipe, store=store, trace=trace, api_key=api_key, tracer=tracer)
+    session = Session(
+        recipe=recipe, store=store, trace=trace, api_key=api_key, tracer=tracer, live=not as_json
+    )
     encoding()
 
     async def go(runner: Any) -> Any:
@@ -401,7 +595,7 @@ def resume(
             note="raised from the command line" if raised else "",
         )
 
-    result, elapsed = trio.run(supervise, session, state.run_id, go)
+    result, elapsed = _drive(session, state.run_id, go)
     _finish(result, session, elapsed, as_json, store_path, spans)
 
 
@@ -485,13 +679,19 @@ def _as_dict(obj: Any) -> dict[str, Any]:
 
 @main.command()
 @click.argument("run_id")
-@click.option("--reason", default="cancelled from the command line", show_default=True)
+@click.option(
+    "--reason",
+    default="cancelled from the command line",
+    show_default=True,
+    help="Recorded as the reason the tree stopped.",
+)
 @click.option(
     "--wait",
     "wait_s",
-    type=click.FloatRange(min=0),
+    type=SECONDS,
     default=10.0,
     show_default=True,
+    metavar="SECONDS",
     help="Seconds to wait for the running process to stop the tree.",
 )
 @store_option
@@ -502,7 +702,7 @@ def cancel(run_id: str, reason: str, wait_s: float, store_path: str | None, as_j
     target = store.resolve(run_id)
     state = store.load(target)
     if state.status is not Status.RUNNING:
-        raise click.ClickException(f"run {target} is not running ({state.status.value})")
+        raise CommandError(f"run {target} is not running: it ended {state.status.value}")
     asked = time.monotonic()
     if store.lease_holder(state.root_id) is None:
         _cancel_unowned(store, state, reason, as_json, store_path)
@@ -511,7 +711,7 @@ def cancel(run_id: str, reason: str, wait_s: float, store_path: str | None, as_j
     while store.load(target).status is Status.RUNNING:
         if time.monotonic() - asked > wait_s:
             store.clear_cancel(target)
-            raise click.ClickException(
+            raise CommandError(
                 f"no process stopped run {target} within {wait_s:g} s; the request was "
                 "withdrawn (try again, or stop the process)"
             )
@@ -544,12 +744,15 @@ def _cancel_unowned(
         out = {"run_id": state.run_id, "status": "interrupted", "reason": reason}
         click.echo(json.dumps({**out, "stopped": stopped, "note": note}))
         return
-    click.echo(f"{state.run_id} interrupted ({reason}): {note}; {len(stopped)} run(s) stopped")
+    how_many = f"{len(stopped)} run" if len(stopped) == 1 else f"{len(stopped)} runs"
+    click.echo(f"{state.run_id} interrupted ({reason}): {note}; {how_many} stopped")
     click.echo(f"next: orchestra resume {state.root_id}{_store_flag(store_path)}")
 
 
 @main.command()
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option(
+    "--limit", type=count(10_000, low=1), default=20, show_default=True, help="Most runs to list."
+)
 @click.option("--all", "all_runs", is_flag=True, help="Children too, not just roots.")
 @store_option
 @json_option
@@ -584,6 +787,8 @@ def runs(limit: int, all_runs: bool, store_path: str | None, as_json: bool) -> N
 @json_option
 def show(run_id: str, store_path: str | None, as_json: bool) -> None:
     """A run's tree with status and costs, and the call it waits on if any."""
+    from ._cli_session import report, tree_result
+
     store, state = _loaded(store_path, run_id)
     result = tree_result(store.tree(state.root_id), state.run_id)
     directory = Recipe.of(state).directory if state.metadata else None
@@ -615,38 +820,60 @@ def trace(run_id: str, store_path: str | None, as_json: bool) -> None:
 
 
 @main.command("serve-scripted")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
-@click.option("--latency-ms", type=click.FloatRange(min=0), default=0.0, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    type=count(65535),
+    default=8000,
+    show_default=True,
+    help="Port to listen on (0: any free one; the URL says which).",
+)
+@click.option(
+    "--latency-ms",
+    type=Number(max=600_000.0),
+    default=0.0,
+    show_default=True,
+    metavar="MS",
+    help="Milliseconds to wait before each reply.",
+)
 def serve_scripted_command(host: str, port: int, latency_ms: float) -> None:
-    """Serve the scripted provider over HTTP until interrupted."""
+    """Serve the scripted provider over HTTP until Ctrl-C (or SIGTERM).
+
+    Its URL is printed on stderr; each request's model names the scenario.
+    """
+    import signal
+
+    import trio
+
     from .testing import serve_scripted
 
     async def serve() -> None:
-        async with trio.open_nursery() as nursery:
-            url = await nursery.start(
-                lambda task_status: serve_scripted(
-                    host=host, port=port, latency=latency_ms / 1000, task_status=task_status
-                )
-            )
-            click.echo(f"scripted provider at {url}", err=True)
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+                try:
+                    url = await nursery.start(
+                        lambda task_status: serve_scripted(
+                            host=host, port=port, latency=latency_ms / 1000, task_status=task_status
+                        )
+                    )
+                except OSError as exc:
+                    raise CommandError(f"cannot serve on {host}:{port}: {_reason(exc)}") from exc
+                click.echo(f"scripted provider at {url}", err=True)
+                async for signum in signals:
+                    click.echo(f"{signal.Signals(signum).name}: stopped", err=True)
+                    nursery.cancel_scope.cancel()
+                    break
 
-    with contextlib.suppress(KeyboardInterrupt):
-        trio.run(serve)
+    trio.run(serve)
+
+
+def _reason(exc: OSError) -> str:
+    """An OS error in words, without its errno: ``address already in use``."""
+    text = exc.strerror or str(exc)
+    return text.rpartition("): ")[2] if "): " in text else text
 
 
 def run() -> None:
-    """Entry point: our errors become one clear line and exit code 2."""
-    try:
-        main(standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except click.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
-    except OrchestraError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+    """Entry point: every error becomes one line ``error: …`` and its exit code
+    (see :mod:`orchestra._cli_errors`)."""
+    main(prog_name="orchestra")

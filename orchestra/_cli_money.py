@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 import click
 
+from ._cli_options import PRICE, TOKENS, Number, count
 from ._margin import Margin
 from ._money import Price, PriceTable
 
@@ -54,9 +55,9 @@ def tokens_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--max-tokens-budget",
         "max_tokens_total",
-        type=click.IntRange(min=0),
+        type=TOKENS,
         default=None,
-        help="Tokens (prompt + completion), whole tree; needs no prices.",
+        help="Tokens (prompt + completion) for the whole tree; needs no prices.",
     )(fn)
 
 
@@ -80,19 +81,30 @@ def money_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         )
         return fn(*args, money=money, **kwargs)
 
-    per_million = click.FloatRange(min=0)
     options = [
-        click.option("--price-in", type=per_million, default=None, help="USD per million input."),
-        click.option("--price-out", type=per_million, default=None, help="USD per million output."),
+        click.option(
+            "--price-in",
+            type=PRICE,
+            default=None,
+            metavar="USD",
+            help="USD per million input tokens. [default: the model's known price, else assumed]",
+        ),
+        click.option(
+            "--price-out",
+            type=PRICE,
+            default=None,
+            metavar="USD",
+            help="USD per million output tokens.",
+        ),
         click.option(
             "--margin-ratio",
-            type=click.FloatRange(min=0),
+            type=Number(max=10.0),
             default=0.0,
             help="Least extra share of our prompt count to reserve (the margin is also learnt).",
         ),
         click.option(
             "--margin-tokens",
-            type=click.IntRange(min=0),
+            type=count(10**7),
             default=0,
             help="Least extra prompt tokens to reserve per call.",
         ),

@@ -1,70 +1,157 @@
 """What the CLI prints for people (``--json`` prints the report itself).
 
-Every line is redacted of secrets (see :mod:`orchestra._redact`) before it is printed.
+Made for a terminal: the tree and the runs table fit its width (cells are cut
+with ``…``, nothing wraps mid-token), statuses in colour on a terminal only
+and never with ``NO_COLOR``. Every string is redacted of secrets (see
+:mod:`orchestra._redact`) before it is laid out. rich is imported only here,
+when something is printed.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
-import click
-
-from ._redact import redact
+from ._redact import redact, redact_data
 from ._state import RunState
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
 
 __all__ = ["print_runs", "print_tree", "print_waiting"]
 
 
-def _echo(text: str) -> None:
-    """Print one line for people, secrets redacted."""
-    click.echo(redact(text))
+def _print(con: Console, line: Text | str, *, wrap: bool = False) -> None:
+    """One line (cut to the width), or a paragraph wrapped at spaces if ``wrap``."""
+    if wrap:
+        con.print(line, overflow="fold", soft_wrap=False)
+    else:
+        con.print(line, no_wrap=True, overflow="ellipsis", crop=True, soft_wrap=False)
 
 
-def _line(report: dict[str, Any], depth: int) -> str:
-    pad = "  " * depth + ("└─ " if depth else "")
-    why = f" ({report['reason']})" if report["status"] != "completed" and report["reason"] else ""
-    line = (
-        f"{pad}{report['agent']} {report['run_id']} {report['status']}{why}"
-        f" | turns={report['turns']} tools={report['tool_runs']}"
-        f" in={report['prompt_tokens']} out={report['completion_tokens']}"
-        f" cost=${report['cost_usd']:.6f} tree=${report['tree_cost_usd']:.6f}"
-    )
-    if depth == 0 and report.get("elapsed_ms") is not None:
-        line += f" ms={report['elapsed_ms']:.0f}"
-    return line
+def print_tree(report: dict[str, Any]) -> None:
+    """The run tree (one row per run, children in call order), then the root's
+    answer, how it stopped, how long it ran and what is left of its budget."""
+    from ._cli_view import Node, console, tree_lines
+
+    report = redact_data(report)
+    con = console()
+    for line in tree_lines(Node.of(report), con.width, root_note=False):
+        _print(con, line)
+    for line in _footer(report):
+        _print(con, line, wrap=True)
 
 
-def print_tree(report: dict[str, Any], depth: int = 0) -> None:
-    """The run and its children, one block per run."""
-    _echo(_line(report, depth))
-    indent = "  " * depth + "   "
-    _echo(f"{indent}per-turn prompt tokens: {report['per_turn_prompt_tokens']}")
+def _footer(report: dict[str, Any]) -> Iterator[Text]:
+    from rich.text import Text
+
+    from ._cli_view import budget_usd, duration, status_text, tokens, usd
+
     if report["answer"]:
-        _echo(f"{indent}answer: {report['answer']}")
+        yield Text.assemble("\n", ("answer: ", "bold"), report["answer"])
+    stopped = Text.assemble("stopped: ", status_text(report["status"]))
+    if report.get("reason"):
+        stopped.append(f" ({report['reason']})")
+    ms = report.get("total_elapsed_ms") or report.get("elapsed_ms")
+    if ms:
+        stopped.append(f" after {duration(ms)}")
+    yield stopped
+    spent = f"spent {usd(report['tree_cost_usd'])}"
+    if report.get("budget_usd") is not None:
+        left = usd(report["budget_left_usd"]) if report["budget_left_usd"] else "nothing"
+        spent += f" of {budget_usd(report['budget_usd'])} ({left} left)"
+    spent += f", {tokens(report.get('tree_tokens') or 0)} tokens"
+    if report.get("budget_tokens") is not None:
+        spent += f" of {tokens(report['budget_tokens'])} ({tokens(report['tokens_left'])} left)"
+    yield Text(spent)
+    if report.get("dir"):
+        yield Text(f"dir: {report['dir']}")
+    if report.get("trace_id"):
+        yield Text(f"trace: {report['trace_id']}")
+
+
+def _walk(report: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield report
     for child in report["children"]:
-        print_tree(child, depth + 1)
-    if depth == 0 and report.get("dir"):
-        _echo(f"dir: {report['dir']}")
-    if depth == 0 and report.get("trace_id"):
-        _echo(f"trace: {report['trace_id']}")
+        yield from _walk(child)
+
+
+def _call(decision: dict[str, Any]) -> str:
+    from ._cli_view import cut
+
+    args = json.dumps(decision["arguments"], sort_keys=True)
+    return f"{decision['tool']} {cut(args, 60)}"
+
+
+_SAID = {
+    ("approved", True): "ran",
+    ("approved", False): "not run yet: resume the run",
+    ("rejected", True): "the model was told",
+    ("rejected", False): "the model is told on resume",
+    ("undecided", False): "the run stopped before anyone decided",
+}
+
+
+def _decided(report: dict[str, Any]) -> Iterator[Text]:
+    """One line per call a human decided on (or left undecided), in run order."""
+    from rich.text import Text
+
+    from ._cli_view import short_id
+
+    styles = {"approved": "green", "rejected": "red", "undecided": "yellow"}
+    for run in _walk(report):
+        for d in run.get("decisions", ()):
+            if d["decision"] == "waiting":
+                continue
+            line = Text.assemble((f"  {d['decision']:<9}", styles[d["decision"]]), f" {_call(d)}")
+            if d["reason"]:
+                line.append(f": {d['reason']}")
+            said = _SAID.get((d["decision"], d["done"]), "")
+            line.append(f" ({said}; {d['call_id']} in {short_id(run['run_id'])})", style="dim")
+            yield line
 
 
 def print_waiting(report: dict[str, Any], store_flag: str) -> None:
-    """For a run waiting on a human: the call and the commands that decide it."""
+    """The human decisions in the tree, and what the run waits for: a decision
+    (with the commands that take it) or, once decided, a resume."""
+    from rich.text import Text
+
+    from ._cli_view import console
+
+    report = redact_data(report)
+    con = console()
+    decided = list(_decided(report))
+    if decided:
+        _print(con, Text("\ndecisions:", style="bold"))
+        for line in decided:
+            _print(con, line, wrap=True)
     waiting = report.get("interruption")
     if not waiting or waiting["kind"] not in ("approval", "unknown_outcome"):
         return
-    root = report["run_id"]
-    args = json.dumps(waiting["arguments"], sort_keys=True)
-    _echo(f"\nwaiting for a human: {waiting['tool']} {args}")
-    _echo(f"  call {waiting['call_id']} in run {waiting['run_id']}: {waiting['reason']}")
-    _echo(f"  approve: orchestra approve {root}{store_flag} && orchestra resume {root}{store_flag}")
-    _echo(
-        f'  reject:  orchestra reject {root}{store_flag} --reason "..." && '
-        f"orchestra resume {root}{store_flag}"
+    run_id, root = report["run_id"], report.get("root_id") or report["run_id"]
+    holder = next((r for r in _walk(report) if r["run_id"] == waiting["run_id"]), report)
+    decision = next(
+        (d for d in holder.get("decisions", ()) if d["call_id"] == waiting["call_id"]), None
     )
+    resume = f"orchestra resume {root}{store_flag}"
+    if decision is not None and decision["decision"] in ("approved", "rejected"):
+        what = f"call {waiting['call_id']} ({waiting['tool']}) is {decision['decision']}"
+        _print(con, Text.assemble("\n", (what, "bold"), "; the run is ready to resume:"), wrap=True)
+        _print(con, f"  {resume}", wrap=True)
+        return
+    args = json.dumps(waiting["arguments"], sort_keys=True)
+    lines = [
+        Text.assemble("\n", ("waiting for a human: ", "bold magenta"), f"{waiting['tool']} {args}"),
+        Text(f"  call {waiting['call_id']} in run {waiting['run_id']}: {waiting['reason']}"),
+        Text(f"  approve: orchestra approve {run_id}{store_flag}"),
+        Text(f'  reject:  orchestra reject {run_id}{store_flag} --reason "..."'),
+        Text(f"  then:    {resume}"),
+    ]
+    for line in lines:
+        _print(con, line, wrap=True)
 
 
 def _age(seconds: float) -> str:
@@ -75,14 +162,22 @@ def _age(seconds: float) -> str:
 
 
 def print_runs(states: list[RunState]) -> None:
-    """A table of runs, newest first."""
-    _echo(
-        f"{'run id':<21} {'agent':<12} {'status':<19} {'turns':>5} "
-        f"{'own $':>10} {'tree $':>10} {'age':>5}"
-    )
+    """A table of runs, newest first, within the terminal's width."""
+    from ._cli_view import console, runs_lines
+
     now = time.time()
-    for s in states:
-        _echo(
-            f"{s.run_id:<21} {s.agent[:12]:<12} {s.status.value:<19} {s.turns:>5} "
-            f"{s.own.cost_usd:>10.6f} {s.tree.cost_usd:>10.6f} {_age(now - s.updated_at):>5}"
-        )
+    rows = [
+        {
+            "run_id": s.run_id,
+            "agent": redact(s.agent),
+            "status": s.status.value,
+            "turns": s.turns,
+            "cost_usd": s.own.cost_usd,
+            "tree_cost_usd": s.tree.cost_usd,
+            "age": _age(now - s.updated_at),
+        }
+        for s in states
+    ]
+    con = console()
+    for line in runs_lines(rows, con.width):
+        _print(con, line)

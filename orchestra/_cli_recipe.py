@@ -14,20 +14,21 @@ with faults off: the outage is over.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
-from ._agent import Agent, ToolPolicy, detailed_errors, generic_errors
-from ._catalog import catalog
 from ._cli_money import Money
-from ._demo import demo_agent
 from ._exceptions import StateError
 from ._money import PriceTable
-from ._provider import OpenAIProvider
 from ._state import Limits, RunState
+
+if TYPE_CHECKING:  # imported where used: `orchestra --help` and `show` need none of them
+    from ._agent import Agent, ToolPolicy
+    from ._provider import OpenAIProvider
 
 __all__ = ["Recipe"]
 
@@ -39,6 +40,10 @@ RUN_TIMEOUT_S = 600.0
 minutes for one long reply (276 s seen for 1,024 tokens under load)."""
 RUN_MAX_TOKENS = 1024
 """``orchestra run``'s default ``max_tokens`` per reply."""
+
+
+def _tool_names(names: Iterable[str] | None) -> tuple[str, ...] | None:
+    return None if names is None else tuple(names)
 
 
 @attrs.frozen(kw_only=True)
@@ -61,6 +66,11 @@ class Recipe:
     recover_tool_calls: bool = False
     request_timeout: float = RUN_TIMEOUT_S
     max_tokens: int = RUN_MAX_TOKENS
+    instructions: str = ""
+    """``orchestra run``'s system message (``--instructions``)."""
+    tools: tuple[str, ...] | None = attrs.field(default=None, converter=_tool_names)
+    """The catalog tools ``orchestra run`` offers, by name (``--tools``); None, as
+    in recipes saved before ``--tools`` existed: all of them, as those runs had."""
     faults: bool = True
     """Whether the embedded scripted server plays the scenario's fault modifiers."""
 
@@ -99,14 +109,27 @@ class Recipe:
                 f"run {state.run_id} was not started by the orchestra CLI; resume it from the "
                 "code that started it (Runner.resume)"
             )
-        return cls(**json.loads(raw), faults=False)
+        saved = json.loads(raw)
+        unknown = sorted(set(saved) - {f.name for f in attrs.fields(cls)})
+        if unknown:
+            raise StateError(
+                f"run {state.run_id} was started by a newer orchestra CLI (its recipe has "
+                f"{', '.join(unknown)}); resume it with that version"
+            )
+        return cls(**saved, faults=False)
 
     def policy(self) -> ToolPolicy:
+        from ._agent import ToolPolicy, detailed_errors, generic_errors
+
         wording = generic_errors if self.errors == "generic" else detailed_errors
         return ToolPolicy(dedupe=self.dedupe, error_text=wording, fatal_errors=self.fatal_errors)
 
     def agent(self, limits: Limits) -> Agent:
         """The root agent (``limits`` are its defaults for a new run)."""
+        from ._agent import Agent
+        from ._catalog import catalog
+        from ._demo import demo_agent
+
         if self.scenario is not None:
             child = Limits(max_turns=self.child_turns, max_budget_usd=self.child_budget)
             return demo_agent(
@@ -117,10 +140,14 @@ class Recipe:
                 policy=self.policy(),
             )
         assert self.model is not None
+        tools = catalog(self.directory)
+        if self.tools is not None:
+            tools = tuple(t for t in tools if t.name in self.tools)
         return Agent(
             name="assistant",
             model=self.model,
-            tools=catalog(self.directory),
+            instructions=self.instructions,
+            tools=tools,
             limits=limits,
             policy=self.policy(),
             max_tokens=self.max_tokens,
@@ -129,6 +156,8 @@ class Recipe:
     @asynccontextmanager
     async def provider(self, api_key: str = "") -> AsyncIterator[OpenAIProvider]:
         """A provider for this recipe (the embedded scripted server for a demo)."""
+        from ._provider import OpenAIProvider
+
         if self.scenario is None:
             provider = OpenAIProvider(
                 base_url=self.base_url,

@@ -7,10 +7,11 @@ one exits at once.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import IO, Any
 
 import attrs
@@ -18,47 +19,23 @@ import trio
 
 from ._cli_recipe import Recipe
 from ._events import Event, EventSink, JsonlSink, fanout
-from ._result import RunResult
+from ._exceptions import RunNotFound
+from ._result import RunResult, child_order
 from ._runner import Runner
 from ._state import RunState, Status
 from ._store import Store
 
-__all__ = ["EXIT_CODES", "Progress", "report", "supervise", "tree_result"]
-
-EXIT_CODES = {
-    Status.COMPLETED: 0,
-    Status.FAILED: 1,
-    Status.MAX_TURNS_EXCEEDED: 3,
-    Status.BUDGET_EXCEEDED: 4,
-    Status.DEADLINE_EXCEEDED: 5,
-    Status.INTERRUPTED: 6,
-    Status.RUNNING: 7,
-}
-
-
-class Progress:
-    """Shows the latest progress of running tools on one terminal line."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self._stream = stream
-
-    def __call__(self, event: Event) -> None:
-        if event.type == "tool_progress":
-            d = event.data
-            line = (
-                f"  {d['tool']} [{event.run_id[-6:]}] {d['label']} ({d['elapsed_ms'] / 1000:.1f} s)"
-            )
-            self._stream.write("\r\033[K" + line)
-            self._stream.flush()
-        elif event.type in ("tool_result", "run_stopped"):
-            self._stream.write("\r\033[K")
-            self._stream.flush()
+__all__ = ["report", "supervise", "tree_result"]
 
 
 class Warnings:
-    """Says on stderr what a tree only assumed (a price), once per message."""
+    """Says on stderr what a tree only assumed (a price), once per message.
 
-    def __init__(self, stream: IO[str]) -> None:
+    Without a stream it writes to whatever ``sys.stderr`` is at the time (the
+    live view lets such lines through above itself).
+    """
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
         self._stream = stream
         self._said: set[str] = set()
 
@@ -66,11 +43,7 @@ class Warnings:
         message = event.data.get("message") if event.type == "price_warning" else None
         if message and message not in self._said:
             self._said.add(message)
-            print(f"warning: {message}", file=self._stream)
-
-
-def _progress_sink() -> EventSink | None:
-    return Progress(sys.stderr) if sys.stderr.isatty() else None
+            print(f"warning: {message}", file=self._stream or sys.stderr)
 
 
 async def _signals(runner: Runner, root_id: str) -> None:
@@ -79,6 +52,9 @@ async def _signals(runner: Runner, root_id: str) -> None:
         async for signum in received:
             count += 1
             if count > 1:
+                if sys.__stderr__ is not None and sys.__stderr__.isatty():
+                    sys.__stderr__.write("\033[?25h\n")  # the live view hid the cursor
+                    sys.__stderr__.flush()
                 os._exit(130)
             name = signal.Signals(signum).name
             print(f"\n{name}: stopping the run tree (again to exit at once)", file=sys.stderr)
@@ -100,45 +76,64 @@ class Session:
     api_key: str = ""
     cancel_after: float | None = None
     tracer: Any = None
+    live: bool = False
+    """Draw the tree's progress on stderr while it runs (only if stderr is a terminal)."""
+
+
+@contextlib.contextmanager
+def _live_view(session: Session) -> Iterator[EventSink | None]:
+    """The live view's event sink while the tree runs, or None; cleared on exit."""
+    if not session.live or session.trace == "-" or not sys.stderr.isatty():
+        yield None
+        return
+    from ._cli_live import live_tree
+
+    with live_tree() as sink:
+        yield sink
 
 
 async def supervise(
     session: Session, root_id: str, go: Callable[[Runner], Awaitable[RunResult]]
 ) -> tuple[RunResult, float]:
-    """Run ``go`` with signal handling and progress; its result and elapsed ms."""
+    """Run ``go`` with signal handling and the live view; its result and elapsed ms.
+
+    The live view (if any) is cleared before this returns.
+    """
     trace = None
     if session.trace:
         trace = JsonlSink(sys.stderr) if session.trace == "-" else JsonlSink(path=session.trace)
-    async with session.recipe.provider(session.api_key) as provider:
-        runner = Runner(
-            provider=provider,
-            store=session.store,
-            sink=fanout(trace, _progress_sink(), Warnings(sys.stderr)),
-            tracer=session.tracer,
-            prices=session.recipe.prices(),
-            prompt_margin=session.recipe.money().margin(),
-        )
-        started = trio.current_time()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_signals, runner, root_id)
-            if session.cancel_after is not None:
-                nursery.start_soon(_cancel_later, runner, root_id, session.cancel_after)
-            result = await go(runner)
-            nursery.cancel_scope.cancel()
-        elapsed = (trio.current_time() - started) * 1000
+    with _live_view(session) as live:
+        async with session.recipe.provider(session.api_key) as provider:
+            runner = Runner(
+                provider=provider,
+                store=session.store,
+                sink=fanout(trace, live, Warnings()),
+                tracer=session.tracer,
+                prices=session.recipe.prices(),
+                prompt_margin=session.recipe.money().margin(),
+            )
+            started = trio.current_time()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_signals, runner, root_id)
+                if session.cancel_after is not None:
+                    nursery.start_soon(_cancel_later, runner, root_id, session.cancel_after)
+                result = await go(runner)
+                nursery.cancel_scope.cancel()
+            elapsed = (trio.current_time() - started) * 1000
     if trace:
         trace.close()
     return result, elapsed
 
 
 def tree_result(states: list[RunState], root_id: str) -> RunResult:
-    """A result tree from saved states (as ``store.tree`` returns them)."""
+    """A result tree from saved states (as ``store.tree`` returns them), each
+    run's children in the order of the calls that started them."""
     by_parent: dict[str | None, list[RunState]] = {}
     for state in states:
         by_parent.setdefault(state.parent_id, []).append(state)
 
     def build(state: RunState) -> RunResult:
-        kids = by_parent.get(state.run_id, [])
+        kids = sorted(by_parent.get(state.run_id, []), key=child_order(state))
         return RunResult(state=state, children=tuple(build(k) for k in kids))
 
     root = next(s for s in states if s.run_id == root_id)
@@ -148,26 +143,116 @@ def tree_result(states: list[RunState], root_id: str) -> RunResult:
 def report(
     result: RunResult, store: Store, elapsed_ms: float | None, directory: str | None
 ) -> dict[str, Any]:
-    """The JSON report of a tree, with per-turn prompt tokens and model retries
-    from every process's events."""
-    prompts: dict[str, list[int]] = {}
-    retries: dict[str, int] = {}
+    """The JSON report of a tree, with what every process's events add: per-turn
+    prompt tokens, model retries, the human decision on each call that asked
+    for one, and the time the root ran."""
+    result = with_stored_children(result, store)
+    events: dict[str, list[dict[str, Any]]] = {}
     for event in store.events(root_id=result.state.root_id):
-        if event["type"] == "turn":
-            prompts.setdefault(event["run_id"], []).append(int(event["prompt_tokens"]))
-        elif event["type"] == "model_retry":
-            retries[event["run_id"]] = retries.get(event["run_id"], 0) + 1
+        events.setdefault(event["run_id"], []).append(event)
+    states = {r.run_id: r.state for r in result.walk()}
 
-    def add_turns(summary: dict[str, Any]) -> dict[str, Any]:
-        summary["per_turn_prompt_tokens"] = prompts.get(summary["run_id"], [])
-        summary["model_retries"] = retries.get(summary["run_id"], 0)
-        summary["children"] = [add_turns(c) for c in summary["children"]]
+    def add(summary: dict[str, Any]) -> dict[str, Any]:
+        own = events.get(summary["run_id"], [])
+        summary["per_turn_prompt_tokens"] = [
+            int(e["prompt_tokens"]) for e in own if e["type"] == "turn"
+        ]
+        summary["model_retries"] = sum(e["type"] == "model_retry" for e in own)
+        summary["decisions"] = decisions(states[summary["run_id"]], own)
+        summary["children"] = [add(c) for c in summary["children"]]
         return summary
 
-    out = add_turns(result.summary())
+    out = add(result.summary())
+    ran_s = max(result.state.elapsed_s, _ran_s(events.get(result.run_id, [])))
     out["elapsed_ms"] = None if elapsed_ms is None else round(elapsed_ms, 1)
-    out["total_elapsed_ms"] = round(result.state.elapsed_s * 1000, 1)
+    out["total_elapsed_ms"] = round(ran_s * 1000, 1)
     out["dir"] = directory
     parent = result.state.trace_context.get("traceparent", "")
     out["trace_id"] = parent.split("-")[1] if parent.count("-") == 3 else None
     return out
+
+
+def with_stored_children(result: RunResult, store: Store) -> RunResult:
+    """``result`` with the children it has in the store but not in memory: a
+    resumed run's children that finished in an earlier process."""
+    have = {child.run_id: child for child in result.children}
+    kids = []
+    for child_id in result.state.children.values():
+        child = have.pop(child_id, None)
+        if child is None:
+            try:
+                child = RunResult(state=store.load(child_id))
+            except RunNotFound:  # bound to its call, but the process died before its first save
+                continue
+        kids.append(with_stored_children(child, store))
+    kids += [with_stored_children(child, store) for child in have.values()]
+    return attrs.evolve(result, children=tuple(kids))
+
+
+def _ran_s(events: list[dict[str, Any]]) -> float:
+    """Seconds a run ran, from its ``run_started``/``run_stopped`` pairs (every
+    process that ran it); a start with no stop (a crash) counts nothing."""
+    total, started = 0.0, None
+    for event in events:
+        if event["type"] == "run_started":
+            started = event["at"]
+        elif event["type"] == "run_stopped" and started is not None:
+            total += max(event["at"] - started, 0.0)
+            started = None
+    return total
+
+
+def decisions(state: RunState, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each call of this run that waited for a human, and what was decided.
+
+    ``decision`` is ``approved``, ``rejected``, ``waiting`` (nobody decided
+    yet) or ``undecided`` (the run stopped otherwise); ``done`` says whether a
+    resume has acted on it (the approved call started, the rejection was
+    answered to the model).
+    """
+    asked: dict[str, tuple[int, dict[str, Any]]] = {}
+    for index, event in enumerate(events):
+        waiting = event.get("interruption") if event["type"] == "run_stopped" else None
+        if waiting is not None and _asks(waiting, state.run_id):
+            asked.pop(waiting["call_id"], None)  # asked again: this is the latest
+            asked[waiting["call_id"]] = (index, waiting)
+    current = state.interruption.to_dict() if state.interruption else None
+    if current is not None and _asks(current, state.run_id) and current["call_id"] not in asked:
+        asked[current["call_id"]] = (len(events), current)
+    return [_decision(state, events, since, waiting) for since, waiting in asked.values()]
+
+
+def _asks(interruption: dict[str, Any], run_id: str) -> bool:
+    return (
+        interruption.get("kind") in ("approval", "unknown_outcome")
+        and interruption.get("run_id") == run_id
+        and bool(interruption.get("call_id"))
+    )
+
+
+def _decision(
+    state: RunState, events: list[dict[str, Any]], since: int, waiting: dict[str, Any]
+) -> dict[str, Any]:
+    call_id = waiting["call_id"]
+    later = [e for e in events[since:] if e.get("call_id") == call_id]
+    started = any(e["type"] == "tool_start" for e in later)
+    answered = any(e["type"] == "tool_result" and e.get("decided") for e in later)
+    reason = None
+    if call_id in state.rejections:
+        decision, done, reason = "rejected", answered, state.rejections[call_id] or None
+    elif started or any(a.call_id == call_id for a in state.approvals):
+        decision, done = "approved", started
+    else:
+        now = state.interruption if state.status is Status.INTERRUPTED else None
+        decision = "waiting" if now is not None and now.call_id == call_id else "undecided"
+        done = False
+    return {
+        "call_id": call_id,
+        "tool": waiting.get("tool"),
+        "arguments": waiting.get("arguments"),
+        "kind": waiting.get("kind"),
+        "asked": waiting.get("reason", ""),
+        "decision": decision,
+        "reason": reason,
+        "done": done,
+    }

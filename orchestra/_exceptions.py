@@ -13,7 +13,8 @@ for misuse and for failures of the things around a run::
     │   └── PermanentToolError   a failure the model cannot fix by retrying
     ├── StateError               saved state that cannot be used
     │   ├── SchemaVersionError   saved by an unknown schema version
-    │   └── RunNotFound          no run with that id in the store
+    │   ├── RunNotFound          no run with that id in the store
+    │   └── StoreError           the store's file cannot be opened, read or written
     ├── LeaseError               another process owns the run
     │   └── LeaseLost            this process's lease was taken over: it stopped saving
     └── TokenizerError           the o200k_base data is missing or corrupt
@@ -36,6 +37,7 @@ __all__ = [
     "RunNotFound",
     "SchemaVersionError",
     "StateError",
+    "StoreError",
     "TokenizerError",
     "ToolError",
 ]
@@ -97,6 +99,15 @@ class SchemaVersionError(StateError):
 
 class RunNotFound(StateError, LookupError):
     """The store holds no run with the requested id."""
+
+
+class StoreError(StateError):
+    """The store's file cannot be opened, read or written.
+
+    A file that is not a database or whose pages are corrupt ("database disk
+    image is malformed"), a disk that is full, a directory that cannot be
+    created: SQLite's own errors, translated where the store meets SQLite.
+    """
 
 
 class LeaseError(OrchestraError):

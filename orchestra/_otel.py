@@ -33,18 +33,17 @@ from typing import Any
 import trio
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ._events import Event
-from ._otlp_child import protocol_name
+from ._otlp_protocol import protocol_name
 from ._redact import redact
 from ._run import LiveRun
 from ._spans import RecordingTracerProvider
 from ._state import Usage
 
-__all__ = ["OTelTracer", "configure_otlp", "flush_spans"]
+__all__ = ["OTelTracer", "configure_otlp", "finish_export", "flush_spans"]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _INSTRUMENTATION = "orchestra"
@@ -308,7 +307,7 @@ def configure_otlp(
     """A tracer provider exporting over OTLP from a child process.
 
     Spans are recorded as plain data on the trio thread and exported by the
-    SDK's OTLP exporter in ``python -m orchestra._otlp_child`` (see
+    SDK's OTLP exporter in a child process (see
     :mod:`orchestra._otlp_process`), off this process's GIL. Follows the
     standard variables: ``OTEL_SERVICE_NAME`` (default ``orchestra``),
     ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_EXPORTER_OTLP_PROTOCOL`` /
@@ -317,18 +316,19 @@ def configure_otlp(
     exporter's others (headers, timeout, certificates). Call ``shutdown()``
     when done (it flushes; also run at exit).
     """
+    from opentelemetry.sdk.resources import Resource  # the SDK: only to export
+
+    from ._otlp_process import ExportProcess  # POSIX pipes: imported only to export
+
     protocol = (
         protocol
         or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
         or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
         or "http/protobuf"
     )
-    protocol = protocol_name(protocol)
     name = service_name or os.environ.get("OTEL_SERVICE_NAME") or "orchestra"
     resource = Resource.create({"service.name": name})
-    from ._otlp_process import ExportProcess  # POSIX pipes: imported only to export
-
-    sink = ExportProcess(protocol=protocol, endpoint=endpoint, resource=resource)
+    sink = ExportProcess(protocol=protocol_name(protocol), endpoint=endpoint, resource=resource)
     return RecordingTracerProvider(sink=sink)
 
 
@@ -344,3 +344,19 @@ async def flush_spans(provider: Any, timeout_s: float = 10.0) -> bool:
     """
     result = await trio.to_thread.run_sync(provider.force_flush, int(timeout_s * 1000))
     return bool(result)
+
+
+def finish_export(provider: RecordingTracerProvider, timeout_s: float = 2.0) -> str | None:
+    """Flush :func:`configure_otlp`'s ``provider`` and stop its export, in bounded time.
+
+    Returns None when every span was exported, else why not, in one line
+    (``no OTLP collector at URL (connection refused)``). Takes about
+    ``timeout_s`` at most, however the collector fares (a missing one is
+    noticed at its first refusal): spans not exported by then are dropped.
+    Blocks: call it off the trio thread.
+    """
+    if provider.force_flush(int(timeout_s * 1000)):
+        provider.shutdown(timeout_millis=500)  # nothing is left to send
+        return None
+    provider.shutdown(timeout_millis=0)  # the export stops retrying at once
+    return getattr(provider.sink, "error", None) or "the export failed"

@@ -2,7 +2,7 @@
 
 The trio thread appends each finished span's record to a batch; when the
 batch is full it pickles it and writes it, without blocking, into the stdin
-of ``python -m orchestra._otlp_child``, which exports the spans with the SDK's
+of the export process (:mod:`orchestra._otlp_child`), which exports them with the SDK's
 OTLP exporter on the machine's other core. Encoding protobuf, the costliest
 part of tracing, never holds this process's GIL, and the hot path never
 wakes a thread (each wake-up costs the trio thread GIL hand-offs).
@@ -14,9 +14,12 @@ wakes a thread (each wake-up costs the trio thread GIL hand-offs).
   ``delay_s``, so spans never wait long for more to come.
 - ``force_flush`` waits until the child has exported everything queued before
   the call and returns whether every export since the last flush succeeded
-  (unlike the SDK's, which says True even when the export failed).
+  (unlike the SDK's, which says True even when the export failed), within
+  its timeout and a second, whatever the collector does; :attr:`error` says
+  why not (``no OTLP collector at URL (connection refused)``).
 - ``shutdown`` ships what is left, closes the pipe and waits for the child to
-  finish exporting; it is registered with :mod:`atexit` too.
+  finish exporting, for ``timeout_s``, after which the child stops retrying
+  and drops the rest; it is registered with :mod:`atexit` too.
 - The child runs in its own process group and ignores SIGINT, so Ctrl-C in a
   terminal does not lose the spans of the runs it interrupts; it exits when
   the pipe closes, whatever ends this process.
@@ -37,19 +40,26 @@ import select
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from collections import deque
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from opentelemetry.sdk.resources import Resource
+if TYPE_CHECKING:
+    from opentelemetry.sdk.resources import Resource
 
-from ._spans import Record
+    from ._spans import Record
 
 __all__ = ["ExportProcess"]
 
 _log = logging.getLogger("orchestra.otlp")
 _PIPE_BYTES = 1 << 20
+_ANSWER_S = 1.0
+"""How long past its timeout a flush waits for the child's answer (its collector check)."""
+_EXIT_S = 2.0
+"""How long past its grace the child may take to exit (it stops retrying, then exits)."""
+_CHILD = "from orchestra._otlp_child import main; main()"
 
 
 class ExportProcess:
@@ -76,6 +86,10 @@ class ExportProcess:
         self._waiting_spans = 0
         self._broken = False  # the child is gone, or shut down: nothing more is written
         self.dropped = 0
+        self.error: str | None = None
+        """Why the last :meth:`force_flush` (or the end) failed; None after a flush that did not."""
+        self._answers = b""  # read from the child, not yet taken
+        self._late = 0  # answers to flushes that stopped waiting, to skip
         # _pipe is held by the one thread writing to the child (or reading its answer).
         self._pipe = threading.Lock()
         self._stop = threading.Event()
@@ -107,19 +121,39 @@ class ExportProcess:
     # -- blocking calls (any thread but trio's) -----------------------------------------
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:
-        """Block until the spans queued so far are exported; True if all exports succeeded."""
+        """Block until the spans queued so far are exported; True if all exports succeeded.
+
+        Returns within about ``timeout_s`` (plus the child's check for a
+        listening collector); when False, :attr:`error` says why.
+        """
+        deadline = time.monotonic() + timeout_s
         if not self._pipe.acquire(timeout=timeout_s):
+            self.error = f"the export process was busy for {timeout_s:g} s"
             return False
         try:
             with self._lock:
                 self._take_batch()
-                self._enqueue(("flush",), 0)
-            return self._write(block=True, timeout_s=timeout_s) and self._answer() == b"ok\n"
+                self._enqueue(("flush", timeout_s), 0)
+            sent = self._write(block=True, timeout_s=timeout_s)
+            answer = self._answer(deadline + _ANSWER_S) if sent else None
         finally:
             self._pipe.release()
+        if answer == "ok":
+            self.error = None
+        elif answer is not None and answer.startswith("failed "):
+            self.error = answer.removeprefix("failed ")
+        else:
+            waited = timeout_s + _ANSWER_S
+            gone = answer is None
+            self.error = "the export process is gone" if gone else f"no answer in {waited:g} s"
+        return self.error is None
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
-        """Ship what is queued, close the pipe and wait (bounded) for the child to exit."""
+        """Ship what is queued, close the pipe and wait (bounded) for the child to exit.
+
+        The child exports what is left for up to ``timeout_s``, then stops
+        retrying, drops the rest and exits.
+        """
         atexit.unregister(self.shutdown)
         if self._forked:
             return  # the export process belongs to the parent
@@ -128,17 +162,24 @@ class ExportProcess:
         with self._pipe:
             with self._lock:
                 self._take_batch()
+                self._enqueue(("end", timeout_s), 0)
             self._write(block=True, timeout_s=timeout_s)
             with self._lock:
                 self._broken = True  # spans ended from now on are dropped
             _close(self._process.stdin)  # the child's end of input
         try:
-            self._process.wait(timeout_s)
+            self._process.wait(timeout_s + _EXIT_S)
         except subprocess.TimeoutExpired:
-            _log.warning("the OTLP export process did not finish in %.0f s; killed", timeout_s)
+            _log.warning(
+                "the OTLP export process did not finish in %.0f s; killed", timeout_s + _EXIT_S
+            )
             self._process.kill()
             self._process.wait()
+        last = self._last_answer()
         _close(self._process.stdout)
+        if last.startswith("failed ") and self.error is None:  # else a flush said it already
+            self.error = last.removeprefix("failed ")
+            _log.warning("spans were not exported: %s", self.error)
         if self.dropped:
             _log.warning("%d spans dropped before export", self.dropped)
 
@@ -200,9 +241,33 @@ class ExportProcess:
                 self._waiting.popleft()
                 self._waiting_spans -= spans
 
-    def _answer(self) -> bytes:
+    def _answer(self, deadline: float) -> str | None:
+        """The child's answer to the latest flush: "" if none came by ``deadline``, None
+        if the child is gone (the caller holds ``_pipe``)."""
         stdout = self._process.stdout
-        return stdout.readline() if stdout is not None else b""
+        while True:
+            while b"\n" not in self._answers:
+                remaining = deadline - time.monotonic()
+                if stdout is None or not select.select([stdout], [], [], max(remaining, 0))[0]:
+                    self._late += 1  # its answer, when it comes, is not the next flush's
+                    return ""
+                chunk = os.read(stdout.fileno(), 4096)
+                if not chunk:
+                    return None
+                self._answers += chunk
+            line, self._answers = self._answers.split(b"\n", 1)
+            if not self._late:
+                return line.decode(errors="replace")
+            self._late -= 1
+
+    def _last_answer(self) -> str:
+        """The child's answer at the end (its last line), once it has exited."""
+        stdout = self._process.stdout
+        with contextlib.suppress(OSError, ValueError):  # closed, or never opened
+            while stdout is not None and (chunk := os.read(stdout.fileno(), 1 << 16)):
+                self._answers += chunk
+        lines = self._answers.decode(errors="replace").splitlines()
+        return lines[-1] if lines else ""
 
     def _after_fork(self) -> None:
         """In a forked copy of this process: drop spans, leave the parent's pipe alone.
@@ -281,11 +346,12 @@ def _close(stream: IO[bytes] | None) -> None:
 
 
 def _spawn(protocol: str, endpoint: str | None) -> subprocess.Popen[bytes]:
-    """``python -m orchestra._otlp_child``, finding this copy of orchestra whatever the cwd."""
+    """The export process, running this copy of orchestra whatever the cwd (``-P``: not
+    the cwd's; ``-c``, not ``-m``, which warns when the package already imported the module)."""
     package_root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    command = [sys.executable, "-m", "orchestra._otlp_child", "--protocol", protocol]
+    command = [sys.executable, "-P", "-c", _CHILD, "--protocol", protocol]
     if endpoint:
         command += ["--endpoint", endpoint]
     return subprocess.Popen(  # its own process group: a terminal's Ctrl-C does not reach it

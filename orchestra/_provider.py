@@ -27,14 +27,16 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
-import httpx
 
 from ._exceptions import ConfigError, ProviderHTTPError, ProviderReplyError
-from ._recover import declared_names, recover_tool_calls
+from ._recover import cut_call, declared_names, recover_tool_calls
 from ._redact import excerpt, redact, register
+
+if TYPE_CHECKING:  # imported by the client that uses it: `orchestra show` needs none
+    import httpx
 
 __all__ = ["ChatReply", "ChatRequest", "OpenAIProvider", "Provider"]
 
@@ -52,13 +54,53 @@ class ChatRequest:
     max_tokens: int | None = None
 
     def payload(self) -> dict[str, Any]:
-        """The JSON body of the request."""
-        body: dict[str, Any] = {"model": self.model, "messages": list(self.messages)}
+        """The JSON body of the request (past calls' arguments as JSON: see :func:`sendable`)."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [sendable(m) for m in self.messages],
+        }
         if self.tools:
             body["tools"] = list(self.tools)
         if self.max_tokens is not None:
             body["max_tokens"] = self.max_tokens
         return body
+
+
+def sendable(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``message`` with every tool call's arguments valid JSON, as servers require.
+
+    llama.cpp parses the arguments of every past call to render its chat
+    template and answers HTTP 500 to the whole request if one is not JSON
+    (a call cut at ``max_tokens``, empty arguments, a recovered call whose
+    arguments were a string), on every retry and every resume. Such
+    arguments are sent as a JSON string of what the model wrote (empty ones
+    as ``{}``); the transcript keeps them as they were.
+    """
+    calls = message.get("tool_calls")
+    if not calls or all(_unparseable(c) is None for c in calls):
+        return message
+    return {**message, "tool_calls": [_sendable_call(c) for c in calls]}
+
+
+def _sendable_call(call: Mapping[str, Any]) -> Mapping[str, Any]:
+    text = _unparseable(call)
+    if text is None:
+        return call
+    arguments = json.dumps(text) if text.strip() else "{}"
+    return {**call, "function": {**call["function"], "arguments": arguments}}
+
+
+def _unparseable(call: Mapping[str, Any]) -> str | None:
+    """The call's arguments if they are text that is not JSON, else None."""
+    function = call.get("function")
+    text = function.get("arguments") if isinstance(function, Mapping) else None
+    if not isinstance(text, str):
+        return None
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return text
+    return None
 
 
 @attrs.frozen(kw_only=True)
@@ -100,6 +142,9 @@ class OpenAIProvider:
     ``recover_tool_calls=True`` reads tool calls a model wrote into its
     content as JSON (bare, fenced or in ``<tool_call>`` tags) back into
     ``tool_calls`` when they name a declared tool (see :mod:`orchestra._recover`).
+    Always, a reply cut at ``max_tokens`` while writing such a call (which
+    llama.cpp returns as content) is read as that one cut call, so the loop
+    answers it as cut rather than take the fragment for the answer.
     """
 
     def __init__(
@@ -120,6 +165,8 @@ class OpenAIProvider:
         self._key = key
         self._recover = recover_tool_calls
         self.base_url = url.rstrip("/")
+        import httpx
+
         self._client = httpx.AsyncClient(
             base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
         )
@@ -132,6 +179,8 @@ class OpenAIProvider:
             ProviderReplyError: a 2xx body that is not a chat completion.
             Neither message holds a secret (see the module docstring).
         """
+        import httpx
+
         try:
             response = await self._client.post("/chat/completions", json=request.payload())
         except httpx.HTTPError as exc:
@@ -157,10 +206,15 @@ class OpenAIProvider:
         return redact(text, self._key)
 
     def _recovered(self, reply: ChatReply, request: ChatRequest) -> ChatReply:
-        """``reply`` with the tool calls written in its content, when recovery is on."""
-        if not self._recover or reply.tool_calls:
+        """``reply`` with a cut call written in its content read as a call; with every
+        call written in its content read as calls, when recovery is on."""
+        if reply.tool_calls:
             return reply
-        message = recover_tool_calls(reply.message, declared_names(request.tools))
+        names = declared_names(request.tools)
+        if reply.finish_reason == "length":
+            cut = cut_call(reply.message, names)
+            return reply if cut is None else attrs.evolve(reply, message=cut)
+        message = recover_tool_calls(reply.message, names) if self._recover else None
         if message is None:
             return reply
         return attrs.evolve(reply, message=message, finish_reason="tool_calls")

@@ -13,6 +13,12 @@ dropped, as the model's own reasoning). Each call gets a fresh unique id and
 its arguments as a JSON string, and the content becomes None.
 
 Used by ``OpenAIProvider(recover_tool_calls=True)``.
+
+:func:`cut_call` is for a reply cut at ``max_tokens`` while the model was
+writing a call as text (llama.cpp returns such a call as content, since it
+cannot parse it): it becomes one incomplete call, which the loop answers as
+cut and never runs, instead of the fragment being taken for an answer.
+``OpenAIProvider`` applies it always.
 """
 
 from __future__ import annotations
@@ -25,10 +31,13 @@ from typing import Any
 
 from ._tools import MAX_ARGUMENT_DEPTH, json_depth
 
-__all__ = ["declared_names", "recover_tool_calls"]
+__all__ = ["cut_call", "declared_names", "recover_tool_calls"]
 
 _TAGGED = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _FENCED = re.compile(r"```[ \t]*(?:json|JSON|tool_call)?[ \t]*\n?(.*?)```", re.DOTALL)
+_CALL_OPENERS = ("```", "<tool_call>", "{", "[")
+_CUT_NAME = re.compile(r'"name"\s*:\s*"([^"]+)"')
+_CUT_ARGUMENTS = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
 
 
 def declared_names(tools: Iterable[Mapping[str, Any]]) -> frozenset[str]:
@@ -50,6 +59,30 @@ def recover_tool_calls(message: Mapping[str, Any], names: frozenset[str]) -> dic
     if not calls:
         return None
     return {**message, "content": None, "tool_calls": calls}
+
+
+def cut_call(message: Mapping[str, Any], names: frozenset[str]) -> dict[str, Any] | None:
+    """``message``, cut at max_tokens while writing a call as text, as that one cut call.
+
+    Only when the content opens a call (a fence, a ``<tool_call>`` tag or a
+    JSON object or list) and has already named a declared tool; the text
+    after ``"arguments":`` (possibly nothing) becomes the call's arguments,
+    unparsed. None for anything else, which stays prose.
+    """
+    content = message.get("content")
+    if not names or not isinstance(content, str) or message.get("tool_calls"):
+        return None
+    text = content.strip()
+    named = _CUT_NAME.search(text) if text.startswith(_CALL_OPENERS) else None
+    if named is None or named[1] not in names:
+        return None
+    arguments = _CUT_ARGUMENTS.search(text, named.end())
+    cut = {"name": named[1], "arguments": text[arguments.end() :] if arguments else ""}
+    return {**message, "content": None, "tool_calls": [_with_id(cut)]}
+
+
+def _with_id(function: dict[str, Any]) -> dict[str, Any]:
+    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": function}
 
 
 def _blocks(content: str) -> list[str]:
@@ -98,11 +131,5 @@ def _call(item: Any, names: frozenset[str]) -> dict[str, Any] | None:
     arguments = item.get("arguments", item.get("parameters", {}))
     if not isinstance(arguments, str | Mapping):
         return None
-    return {
-        "id": f"call_{uuid.uuid4().hex[:24]}",
-        "type": "function",
-        "function": {
-            "name": item["name"],
-            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
-        },
-    }
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return _with_id({"name": item["name"], "arguments": text})

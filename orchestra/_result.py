@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -9,7 +11,7 @@ import attrs
 from ._money import to_usd
 from ._state import RunState, Status
 
-__all__ = ["RunResult", "stop_sentence"]
+__all__ = ["RunResult", "child_order", "stop_sentence"]
 
 
 @attrs.frozen(kw_only=True)
@@ -49,12 +51,19 @@ class RunResult:
         """This result and every descendant's, depth first."""
         return [self, *(r for child in self.children for r in child.walk())]
 
+    def ordered_children(self) -> tuple[RunResult, ...]:
+        """The children in the order of the calls that started them (see :func:`child_order`)."""
+        key = child_order(self.state)
+        return tuple(sorted(self.children, key=lambda child: key(child.state)))
+
     def summary(self) -> dict[str, Any]:
-        """The fields the CLI prints, recursively over children."""
+        """The fields the CLI prints, recursively over children (in call order)."""
         s = self.state
         return {
             "run_id": s.run_id,
+            "root_id": s.root_id,
             "parent_id": s.parent_id,
+            "parent_call_id": s.parent_call_id,
             "agent": s.agent,
             "status": s.status.value,
             "reason": s.reason,
@@ -68,9 +77,33 @@ class RunResult:
             "budget_usd": s.limits.max_budget_usd,
             "tree_tokens": s.tree.tokens,
             "budget_tokens": s.limits.max_tokens_total,
+            "budget_left_usd": _left(s.limits.max_budget_usd, self.tree_cost_usd),
+            "tokens_left": _left(s.limits.max_tokens_total, s.tree.tokens),
             "answer": self.answer,
-            "children": [c.summary() for c in self.children],
+            "children": [c.summary() for c in self.ordered_children()],
         }
+
+
+def _left(budget: float | None, spent: float) -> Any:
+    return None if budget is None else round(max(budget - spent, 0), 9)
+
+
+def child_order(parent: RunState) -> Callable[[RunState], tuple[float, float, str]]:
+    """A sort key for ``parent``'s child runs: the position of the call that
+    started each in ``parent``'s transcript, then creation time (for a child
+    whose call is not there), then run id.
+
+    Children of one reply start concurrently, so their creation order changes
+    from run to run; the order of the calls does not.
+    """
+    calls = (c.get("id") for m in parent.messages for c in m.get("tool_calls") or ())
+    position = {call_id: float(i) for i, call_id in enumerate(calls)}
+
+    def key(child: RunState) -> tuple[float, float, str]:
+        at = position.get(child.parent_call_id or "", math.inf)
+        return at, child.created_at, child.run_id
+
+    return key
 
 
 def stop_sentence(result: RunResult) -> str:
@@ -80,6 +113,6 @@ def stop_sentence(result: RunResult) -> str:
         return s.answer or ""
     why = f": {s.reason}" if s.reason else ""
     return (
-        f"{s.agent} stopped: {s.status.value} after {s.turns} turns, "
+        f"{s.agent} stopped: {s.status.value} after {s.turns} turn{'' if s.turns == 1 else 's'}, "
         f"spent ${to_usd(s.tree.cost_pico):.4f}{why}"
     )

@@ -23,15 +23,16 @@ import traceback
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from random import getrandbits
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.attributes import BoundedAttributes
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+if TYPE_CHECKING:  # the SDK is for the exporting side (to_readable) only
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import ReadableSpan
 
 __all__ = ["RecordingTracerProvider", "SpanSink", "to_readable"]
 
@@ -250,6 +251,9 @@ class RecordedSpan(trace.Span):
 
 def to_readable(record: Record, resource: Resource) -> ReadableSpan:
     """The SDK's ``ReadableSpan`` for ``record``, with its attributes validated by the SDK."""
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
     (name, kind, trace_id, span_id, parent_id, remote, start, end) = record[:8]
     (attributes, events, links, code, description, scope) = record[8:]
     context = SpanContext(trace_id, span_id, is_remote=False, trace_flags=_SAMPLED)

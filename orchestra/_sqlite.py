@@ -28,7 +28,7 @@ from typing import Any, Self
 
 import orjson
 
-from ._exceptions import ConfigError, LeaseError, LeaseLost, RunNotFound, StateError
+from ._exceptions import ConfigError, LeaseError, LeaseLost, RunNotFound, StateError, StoreError
 from ._serde import state_from_json, state_to_json
 from ._state import RunState
 
@@ -121,15 +121,16 @@ class SQLiteStore:
     and visible to readers, until its replacement commits.
 
     The connection may be used from any thread (e.g. ``trio.to_thread``); a lock
-    serialises its use. SQLite errors are raised as :class:`StateError`.
+    serialises its use. SQLite errors (a corrupt file, a full disk) are raised
+    as :class:`StoreError`.
 
     Args:
         path: the database file; its parent directories are created. Defaults
             to :func:`default_store_path`.
 
     Raises:
-        StateError: the file cannot be opened, is not a database, cannot use
-            WAL, or was written by an unknown store schema version.
+        StoreError: the file cannot be opened, is not a database or cannot use WAL.
+        StateError: it was written by an unknown store schema version.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
@@ -413,7 +414,7 @@ class SQLiteStore:
         try:
             yield
         except sqlite3.Error as exc:
-            raise StateError(f"{self._path}: cannot {doing}: {exc}") from exc
+            raise StoreError(f"{self._path}: cannot {doing}: {exc}") from exc
 
     @contextlib.contextmanager
     def _write(self, doing: str) -> Iterator[sqlite3.Connection]:
@@ -443,7 +444,7 @@ def _open(path: Path) -> sqlite3.Connection:
             path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
         )
     except (OSError, sqlite3.Error) as exc:
-        raise StateError(f"cannot open the store at {path}: {exc}") from exc
+        raise StoreError(f"cannot open the store at {path}: {exc}") from exc
     try:
         _configure(conn, path)
     except BaseException:
@@ -458,9 +459,9 @@ def _configure(conn: sqlite3.Connection, path: Path) -> None:
         (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
         conn.execute("PRAGMA synchronous = NORMAL")
     except sqlite3.Error as exc:
-        raise StateError(f"cannot open the store at {path}: {exc}") from exc
+        raise StoreError(f"cannot open the store at {path}: {exc}") from exc
     if mode != "wal":
-        raise StateError(
+        raise StoreError(
             f"the store at {path} cannot use WAL journaling (got {mode!r}); "
             "put it on a local filesystem"
         )

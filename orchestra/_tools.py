@@ -32,10 +32,12 @@ from functools import partial
 from typing import Any, Literal
 
 import attrs
-import jsonschema
 import trio
 
 from ._exceptions import ConfigError
+
+if typing.TYPE_CHECKING:
+    import jsonschema
 
 __all__ = ["Tool", "ToolContext", "ToolInputError", "bound_result", "tool"]
 
@@ -134,6 +136,8 @@ class Tool:
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", self.name):
             raise ConfigError(f"tool name {self.name!r} must match [A-Za-z0-9_-]{{1,64}}")
         check_timeout(f"tool {self.name}: timeout_s", self.timeout_s)
+        import jsonschema  # on first use: the command line starts without it
+
         try:
             jsonschema.Draft202012Validator.check_schema(dict(self.parameters))
         except jsonschema.SchemaError as exc:

@@ -98,5 +98,5 @@ def test_research_runaway_child_budget():
 
 def test_unknown_run_is_a_clear_error():
     result = CliRunner().invoke(main, ["show", "run_nope"])
-    assert result.exit_code != 0
-    assert "run_nope" in str(result.exception)
+    assert result.exit_code == 8
+    assert result.stderr.startswith("error: ") and "run_nope" in result.stderr

@@ -52,10 +52,19 @@ def test_an_unknown_modifier_is_a_usage_error_listing_the_choices() -> None:
     assert result.exit_code == 2 and "choose one of plan, runaway" in result.output
 
 
-def test_help_lists_the_scenarios_and_the_fault_syntax() -> None:
-    result = CliRunner().invoke(main, ["demo", "--help"])
-    usage = "".join(result.output.split())  # click wraps the metavar anywhere
-    assert "{plan|runaway|" in usage and "|slow_tree}[+FAULT[xN]...]" in usage
+def test_help_lists_each_scenario_on_its_line_and_the_fault_syntax() -> None:
+    from orchestra._demo import SCENARIOS
+    from orchestra.testing import SCENARIOS as SCRIPTS
+
+    result = CliRunner().invoke(main, ["demo", "--help"], terminal_width=80)
+    lines = result.output.splitlines()
+    assert "Usage: main demo [OPTIONS] SCENARIO[+FAULT[xN]...]" in lines
+    assert max(map(len, lines)) <= 80
+    for name in SCENARIOS:  # a whole name, then the start of what it does
+        first_words = " ".join(SCRIPTS[name].description.split()[:3])
+        assert any(line.split()[:1] == [name] and first_words in line for line in lines), name
+    words = " ".join(result.output.split())
+    assert "hang, garbage, truncated, reset, nousage or promptPCT" in words
 
 
 def test_500x20_stops_interrupted_and_resume_in_a_new_process_completes(tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import signal
@@ -14,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from orchestra import Event, Status
-from orchestra._cli_session import Progress
+from orchestra import Status
 from orchestra._sqlite import SQLiteStore
 
 ORCHESTRA = [sys.executable, "-c", "from orchestra._cli import run; run()"]
@@ -131,29 +129,6 @@ def test_cancel_after_stops_the_slow_tool_on_time() -> None:
     assert report["status"] == "interrupted"
     assert report["interruption"]["kind"] == "cancelled"
     assert 1200 <= report["elapsed_ms"] < 2000  # measured: 1201-1215 ms on an idle machine
-
-
-def test_progress_line_shows_label_and_elapsed() -> None:
-    stream = io.StringIO()
-    progress = Progress(stream)
-    progress(
-        Event(
-            type="tool_progress",
-            run_id="run_abcdef123456",
-            root_id="r",
-            parent_id=None,
-            at=0.0,
-            data={
-                "tool": "scan_archive",
-                "call_id": "c",
-                "label": "scanned 400",
-                "elapsed_ms": 400.0,
-            },
-        )
-    )
-    assert "scan_archive [123456] scanned 400 (0.4 s)" in stream.getvalue()
-    progress(Event(type="tool_result", run_id="r", root_id="r", parent_id=None, at=0.0))
-    assert stream.getvalue().endswith("\r\033[K")
 
 
 def test_store_location_comes_from_the_environment(private_store: Path) -> None:

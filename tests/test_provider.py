@@ -292,3 +292,146 @@ async def test_a_run_goes_on_through_recovered_calls(tmp_path):
     assert result.status is Status.COMPLETED
     assert result.answer == "It says: worker 7 timed out\n"
     assert result.state.own.tool_runs == 1
+
+
+# -- what a real llama.cpp server does (seen against tools/local_model.py) -----------------------
+
+
+def past_call(arguments: Any) -> dict[str, Any]:
+    function = {"name": "read_file", "arguments": arguments}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c1", "function": function}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("written", "sent"),
+    [
+        ('{"path": "errors.log"}', '{"path": "errors.log"}'),
+        ("", "{}"),
+        ("  ", "{}"),
+        ('{"path": "err', json.dumps('{"path": "err')),
+        ("errors.log", '"errors.log"'),
+    ],
+    ids=["json", "empty", "blank", "cut", "not-json"],
+)
+def test_past_calls_are_sent_with_json_arguments_and_the_transcript_is_kept(written, sent):
+    """llama.cpp answers 500 to a request whose past call has arguments that are not JSON."""
+    messages = [{"role": "user", "content": "hi"}, past_call(written)]
+    payload = ChatRequest(model="m", messages=messages).payload()
+    arguments = payload["messages"][1]["tool_calls"][0]["function"]["arguments"]
+    assert arguments == sent
+    json.loads(arguments)
+    assert messages[1]["tool_calls"][0]["function"]["arguments"] == written
+    assert payload["messages"][0] is messages[0]
+
+
+async def cut_reply(content: str, *, recover: bool = False) -> Any:
+    """The reply made of a body cut at max_tokens, as llama.cpp sends an unfinished call."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        message = {"role": "assistant", "content": content}
+        return httpx.Response(
+            200,
+            json={
+                "choices": [{"message": message, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 217, "completion_tokens": 8},
+            },
+        )
+
+    provider = OpenAIProvider(
+        base_url="http://x.test/v1",
+        transport=httpx.MockTransport(handler),
+        recover_tool_calls=recover,
+    )
+    try:
+        return await provider.complete(ChatRequest(model="m", messages=[], tools=TOOL_SPECS))
+    finally:
+        await provider.aclose()
+
+
+@pytest.mark.parametrize("recover", [False, True])
+@pytest.mark.parametrize(
+    ("content", "arguments"),
+    [
+        ('```json\n{"name": "read_file", "arguments": {"pa', '{"pa'),
+        ('```json\n{"name": "list_files"', ""),
+        ('<tool_call>\n{"name": "read_file", "arguments": {"path": "a.log"}}\n</tool_c', None),
+        ('{"name": "read_file", "parameters": {', "{"),
+    ],
+    ids=["fenced", "name-only", "tagged", "bare"],
+)
+async def test_a_call_cut_at_max_tokens_written_as_text_is_a_cut_call(content, arguments, recover):
+    reply = await cut_reply(content, recover=recover)
+    [cut] = reply.tool_calls
+    assert reply.finish_reason == "length" and reply.message["content"] is None
+    assert cut["id"].startswith("call_") and cut["function"]["name"] in ("read_file", "list_files")
+    if arguments is not None:
+        assert cut["function"]["arguments"] == arguments
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "The log says worker 7",
+        "```python\nprint('name')",
+        '```json\n{"name": "rm_rf", "arguments": {',
+        '```json\n{"na',
+        'I will call {"name": "read_file"',
+    ],
+    ids=["prose", "code", "undeclared", "no-name-yet", "prose-first"],
+)
+async def test_anything_else_cut_at_max_tokens_stays_prose(content):
+    reply = await cut_reply(content)
+    assert reply.tool_calls == [] and reply.message["content"] == content
+    assert reply.finish_reason == "length"
+
+
+async def test_a_run_through_a_cut_call_on_a_llama_cpp_like_server_never_takes_it_for_an_answer(
+    tmp_path,
+):
+    """Turn 1 is cut while writing a call (content, finish length); the server refuses
+    any request whose past calls' arguments are not JSON, as llama.cpp does; the cut
+    call is answered as cut, never run, and the run goes on to a real answer."""
+    from orchestra import Agent, Limits, Runner, Status, catalog
+
+    (tmp_path / "errors.log").write_text("worker 7 timed out\n")
+    seen: list[list[dict[str, Any]]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        messages = json.loads(request.content)["messages"]
+        seen.append(messages)
+        for m in messages:
+            for c in m.get("tool_calls") or ():
+                try:
+                    json.loads(c["function"]["arguments"])
+                except ValueError:
+                    error = {"code": 500, "message": "Failed to parse tool call arguments as JSON"}
+                    return httpx.Response(500, json={"error": error})
+        cut = len(seen) == 1
+        message = {
+            "role": "assistant",
+            "content": '```json\n{"name": "read_file", "arguments": {"pa',
+        }
+        if not cut:
+            message = {"role": "assistant", "content": "Nothing was read."}
+        return httpx.Response(
+            200,
+            json={
+                "choices": [{"message": message, "finish_reason": "length" if cut else "stop"}],
+                "usage": {"prompt_tokens": 300, "completion_tokens": 8},
+            },
+        )
+
+    provider = OpenAIProvider(base_url="http://x.test/v1", transport=httpx.MockTransport(handler))
+    agent = Agent(name="a", model="m", tools=catalog(tmp_path), limits=Limits(max_turns=4))
+    try:
+        result = await Runner(provider=provider).run(agent, "Why did the job fail?")
+    finally:
+        await provider.aclose()
+    assert result.status is Status.COMPLETED and result.answer == "Nothing was read."
+    assert (result.state.turns, result.state.own.tool_runs, len(seen)) == (2, 0, 2)
+    [answered] = [m for m in result.state.messages if m["role"] == "tool"]
+    assert answered["content"].startswith("Error: not run. Your reply was cut at max_tokens")

@@ -1,0 +1,171 @@
+"""``orchestra run`` shapes its agent (instructions, tools, dedupe), says its
+sandbox, and ``orchestra resume`` rebuilds the same agent from the saved recipe."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from orchestra._catalog import catalog
+from orchestra._cli import main
+from orchestra._cli_options import CATALOG_TOOLS, READ_ONLY_TOOLS
+from orchestra._cli_recipe import Recipe
+from orchestra._exceptions import StateError
+from orchestra._sqlite import SQLiteStore
+from orchestra._state import Limits, RunState
+from orchestra.testing import make_sandbox
+
+ORCHESTRA = [sys.executable, "-m", "orchestra"]
+
+
+@pytest.fixture(scope="module")
+def server_url() -> Iterator[str]:
+    server = subprocess.Popen(
+        [*ORCHESTRA, "serve-scripted", "--port", "0"], stderr=subprocess.PIPE, text=True
+    )
+    assert server.stderr is not None
+    line = server.stderr.readline()
+    drain = threading.Thread(target=server.stderr.read, daemon=True)  # never let it block
+    drain.start()
+    try:
+        assert "http://" in line, line
+        yield line[line.index("http://") :].strip()
+    finally:
+        server.kill()
+        server.wait()
+        drain.join()
+        server.stderr.close()
+
+
+def run(url: str, sandbox: Path, model: str, *extra: str, code: int = 0) -> tuple[dict, str]:
+    """``orchestra run`` in this process: its JSON report and its stderr."""
+    result = CliRunner().invoke(
+        main,
+        [
+            *("run", "Free some space.", "--base-url", url, "--model", model),
+            *("--dir", str(sandbox), "--price-in", "2", "--price-out", "12", "--json", *extra),
+        ],
+    )
+    assert result.exit_code == code, result.output
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report, result.stderr
+
+
+def saved(store: Path, run_id: str) -> RunState:
+    with SQLiteStore(store) as s:
+        return s.load(run_id)
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> Path:
+    return make_sandbox(tmp_path / "box")
+
+
+def test_the_sandbox_is_said_on_stderr_and_in_the_report(server_url: str, box: Path) -> None:
+    report, stderr = run(server_url, box, "plan")
+    assert stderr.splitlines()[0] == f"sandbox: {box.resolve()} (tools: list_files, read_file)"
+    assert report["dir"] == str(box.resolve())
+
+
+def test_by_default_only_read_only_tools_are_offered(server_url: str, box: Path) -> None:
+    report, _ = run(server_url, box, "destructive")
+    assert report["status"] == "completed"  # no delete_file to ask approval for
+    assert "no tool named 'delete_file'" in report["answer"]
+    assert (box / "access.log").exists()
+
+
+def test_writes_are_opt_in_and_resume_rebuilds_the_same_agent(
+    server_url: str, box: Path, private_store: Path
+) -> None:
+    stopped, stderr = run(
+        *(server_url, box, "destructive", "--tools", "list,read,delete"),
+        *("--instructions", "Ask before deleting anything.", "--dedupe"),
+        code=6,
+    )
+    assert "(tools: list_files, read_file, delete_file)" in stderr
+    assert stopped["interruption"]["tool"] == "delete_file"
+    state = saved(private_store, stopped["run_id"])
+    assert state.messages[0] == {"role": "system", "content": "Ask before deleting anything."}
+    recipe = Recipe.of(state)
+    assert (recipe.tools, recipe.instructions, recipe.dedupe) == (
+        ("list_files", "read_file", "delete_file"),
+        "Ask before deleting anything.",
+        True,
+    )
+    agent = recipe.agent(Limits())
+    assert [t.name for t in agent.tools] == ["list_files", "read_file", "delete_file"]
+    assert agent.instructions == "Ask before deleting anything." and agent.policy.dedupe
+
+    assert CliRunner().invoke(main, ["approve", stopped["run_id"]]).exit_code == 0
+    done = CliRunner().invoke(main, ["resume", stopped["run_id"], "--json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["answer"] == "Deleted access.log to free space."
+    assert not (box / "access.log").exists()
+
+
+def test_dedupe_answers_a_repeated_read_from_the_transcript(server_url: str, box: Path) -> None:
+    plain, _ = run(server_url, box, "repeat")
+    deduped, _ = run(server_url, box, "repeat", "--dedupe")
+    assert deduped["tool_runs"] == plain["tool_runs"] - 1
+
+
+def test_scan_archive_only_when_asked(server_url: str, box: Path) -> None:
+    report, _ = run(server_url, box, "slow")
+    assert "no tool named 'scan_archive'" in json.dumps(report)
+    report, stderr = run(server_url, box, "slow", "--tools", "scan_archive")
+    assert "(tools: scan_archive)" in stderr
+    assert "Scanned 3000 archived files" in report["answer"]
+
+
+def test_an_unknown_tool_is_a_usage_error_listing_the_choices(box: Path) -> None:
+    result = CliRunner().invoke(
+        main,
+        ["run", "t", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--tools", "list,rm"],
+    )
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: Invalid value for '--tools': unknown tool 'rm': ")
+    assert "list_files (list), read_file (read), delete_file (delete)" in result.stderr
+
+
+def test_the_option_knows_the_catalog(tmp_path: Path) -> None:
+    tools = catalog(tmp_path)
+    assert tuple(t.name for t in tools) == CATALOG_TOOLS
+    read_only = {t.name for t in tools if t.read_only and not t.needs_approval}
+    assert set(READ_ONLY_TOOLS) <= read_only
+
+
+def test_a_recipe_saved_before_tools_existed_keeps_the_whole_catalog(tmp_path: Path) -> None:
+    old = Recipe(directory=str(tmp_path), base_url="http://x/v1", model="m")
+    metadata = json.loads(old.metadata()["orchestra.cli.recipe"])
+    for key in ("tools", "instructions"):
+        del metadata[key]
+    state = RunState(
+        run_id="run_old",
+        root_id="run_old",
+        agent="assistant",
+        model="m",
+        metadata={"orchestra.cli.recipe": json.dumps(metadata)},
+    )
+    agent = Recipe.of(state).agent(Limits())
+    assert tuple(t.name for t in agent.tools) == CATALOG_TOOLS
+
+
+def test_a_recipe_from_a_newer_cli_is_refused(tmp_path: Path) -> None:
+    metadata = json.loads(Recipe(directory=str(tmp_path)).metadata()["orchestra.cli.recipe"])
+    state = RunState(
+        run_id="run_new",
+        root_id="run_new",
+        agent="assistant",
+        model="m",
+        metadata={"orchestra.cli.recipe": json.dumps({**metadata, "wings": 2})},
+    )
+    with pytest.raises(StateError, match=r"newer orchestra CLI .* wings"):
+        Recipe.of(state)
