@@ -78,7 +78,21 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON o
 
 
 def otlp_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--otlp``: export spans over OTLP (standard ``OTEL_*`` variables apply)."""
+    """``--otlp``: export spans over OTLP (standard ``OTEL_*`` variables apply);
+    ``--provider-name`` and ``--capture-content`` say what the spans hold."""
+    fn = click.option(
+        "--capture-content",
+        is_flag=True,
+        help="Record messages, tool arguments and results on spans (redacted, bounded; "
+        "also OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true).",
+    )(fn)
+    fn = click.option(
+        "--provider-name",
+        default=None,
+        metavar="NAME",
+        help="gen_ai.provider.name on spans (default: from the endpoint's host, e.g. "
+        "openai for api.openai.com); a resume keeps the one the run started with.",
+    )(fn)
     fn = click.option(
         "--otlp-endpoint",
         default=None,
@@ -94,13 +108,16 @@ def otlp_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--otlp", is_flag=True, help="Export OpenTelemetry spans over OTLP.")(fn)
 
 
-def _tracing(otlp: bool, protocol: str | None, endpoint: str | None) -> tuple[Any, Any]:
+def _tracing(
+    otlp: bool, protocol: str | None, endpoint: str | None, capture_content: bool = False
+) -> tuple[Any, Any]:
     if not otlp:
         return None, None
     from ._otel import OTelTracer, configure_otlp
 
     provider = configure_otlp(protocol=protocol, endpoint=endpoint)
-    return OTelTracer(tracer_provider=provider), provider
+    capture = True if capture_content else None  # None: the environment variable decides
+    return OTelTracer(tracer_provider=provider, capture_content=capture), provider
 
 
 def _limits(
@@ -378,6 +395,8 @@ def demo(
     otlp: bool,
     otlp_protocol: str | None,
     otlp_endpoint: str | None,
+    provider_name: str | None,
+    capture_content: bool,
 ) -> None:
     """Run SCENARIO against the embedded scripted provider.
 
@@ -396,12 +415,13 @@ def demo(
         fatal_errors=fatal_errors,
         child_budget=child_budget,
         child_turns=child_turns,
+        provider_name=provider_name,
         **_money_fields(money),
     )
     if max_turns is None:
         slow_tree = parse_scenario(scenario)[0] == "slow_tree"
         max_turns = 2 + 2 * (children or 3) if slow_tree else 20
-    tracer, spans = _tracing(otlp, otlp_protocol, otlp_endpoint)
+    tracer, spans = _tracing(otlp, otlp_protocol, otlp_endpoint, capture_content)
     session = Session(
         recipe=recipe,
         store=_store(store_path),
@@ -507,6 +527,8 @@ def run_command(
     otlp: bool,
     otlp_protocol: str | None,
     otlp_endpoint: str | None,
+    provider_name: str | None,
+    capture_content: bool,
 ) -> None:
     """Run TASK with the file catalog against any OpenAI-compatible endpoint.
 
@@ -528,10 +550,11 @@ def run_command(
         recover_tool_calls=recover_tool_calls,
         request_timeout=request_timeout,
         max_tokens=max_tokens,
+        provider_name=provider_name,
         **_money_fields(money),
     )
     click.echo(f"sandbox: {recipe.directory} (tools: {', '.join(tools)})", err=True)
-    tracer, spans = _tracing(otlp, otlp_protocol, otlp_endpoint)
+    tracer, spans = _tracing(otlp, otlp_protocol, otlp_endpoint, capture_content)
     session = Session(
         recipe=recipe,
         store=_store(store_path),
@@ -568,6 +591,8 @@ def resume(
     otlp: bool,
     otlp_protocol: str | None,
     otlp_endpoint: str | None,
+    provider_name: str | None,
+    capture_content: bool,
 ) -> None:
     """Continue a stopped run (after an approval, a cancel, a crash or a raised limit)."""
     from ._cli_session import Session
@@ -581,7 +606,9 @@ def resume(
         )
     raised = _raised(state.limits, max_turns, max_budget, timeout, max_tokens_total)
     recipe = Recipe.of(state)
-    tracer, spans = _tracing(otlp, otlp_protocol, otlp_endpoint)
+    if provider_name is not None:
+        recipe = attrs.evolve(recipe, provider_name=provider_name)
+    tracer, spans = _tracing(otlp, otlp_protocol, otlp_endpoint, capture_content)
     session = Session(
         recipe=recipe, store=store, trace=trace, api_key=api_key, tracer=tracer, live=not as_json
     )

@@ -40,6 +40,8 @@ RUN_TIMEOUT_S = 600.0
 minutes for one long reply (276 s seen for 1,024 tokens under load)."""
 RUN_MAX_TOKENS = 1024
 """``orchestra run``'s default ``max_tokens`` per reply."""
+SCRIPTED_PROVIDER = "orchestra.scripted"
+"""``gen_ai.provider.name`` of the demos' embedded scripted server."""
 
 
 def _tool_names(names: Iterable[str] | None) -> tuple[str, ...] | None:
@@ -71,6 +73,9 @@ class Recipe:
     tools: tuple[str, ...] | None = attrs.field(default=None, converter=_tool_names)
     """The catalog tools ``orchestra run`` offers, by name (``--tools``); None, as
     in recipes saved before ``--tools`` existed: all of them, as those runs had."""
+    provider_name: str | None = None
+    """``gen_ai.provider.name`` on spans (``--provider-name``); None: the
+    provider's default (``orchestra.scripted`` for a demo's embedded server)."""
     faults: bool = True
     """Whether the embedded scripted server plays the scenario's fault modifiers."""
 
@@ -164,6 +169,7 @@ class Recipe:
                 api_key=api_key,
                 recover_tool_calls=self.recover_tool_calls,
                 timeout=self.request_timeout,
+                provider_name=self.provider_name,
             )
             try:
                 yield provider
@@ -173,7 +179,12 @@ class Recipe:
         from .testing import scripted_server
 
         async with scripted_server(faults=self.faults) as url:
-            provider = OpenAIProvider(base_url=url, api_key="scripted", timeout=DEMO_TIMEOUT_S)
+            provider = OpenAIProvider(
+                base_url=url,
+                api_key="scripted",
+                timeout=DEMO_TIMEOUT_S,
+                provider_name=self.provider_name or SCRIPTED_PROVIDER,
+            )
             try:
                 yield provider
             finally:

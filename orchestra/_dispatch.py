@@ -377,6 +377,14 @@ async def _outcome(run: LiveRun, call: Call, ctx: ToolContext) -> Outcome:
         return _on_error(run, call, exc)
 
 
+def exception_type(exc: BaseException) -> str:
+    """The exception's class, fully qualified (``ValueError``, ``httpx.ReadTimeout``)."""
+    kind = type(exc)
+    if kind.__module__ == "builtins":
+        return kind.__qualname__
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
 def _timed_out(run: LiveRun, call: Call, limit: float, ms: float) -> None:
     """A read that ran out of time is answered so; a write is in doubt: stop for a human."""
     name, read_only = call.tool.name, call.tool.read_only
@@ -409,7 +417,15 @@ def _on_error(run: LiveRun, call: Call, exc: Exception) -> tuple[str, bool, Exit
     """The failed call's result text, and the run's exit if the policy makes it fatal.
 
     Both are redacted of secrets (a tool's error may quote a key or a header).
+    Emits ``tool_error`` with the exception's type and message.
     """
+    run.emit(
+        "tool_error",
+        tool=call.tool.name,
+        call_id=call.id,
+        error_type=exception_type(exc),
+        error=str(exc)[:1000],
+    )
     policy = run.agent.policy
     text = bound_result(redact(policy.error_text(call.tool.name, exc)), policy.max_result_bytes)
     message = redact(str(exc))

@@ -1,9 +1,10 @@
 """The event stream: one JSON object per line, the run id on every line.
 
 Event types: ``run_started``, ``model_request``, ``model_retry``, ``turn``,
-``tool_start``, ``tool_progress``, ``tool_result`` (with ``timed_out`` and
-``in_doubt`` when a call ran out of time), ``approval_required``,
-``run_stopped``.
+``tool_start``, ``tool_progress``, ``tool_error`` (a tool raised: its
+``error_type`` and ``error``, just before its ``tool_result``), ``tool_result``
+(with ``timed_out`` and ``in_doubt`` when a call ran out of time),
+``approval_required``, ``run_stopped``.
 
 Every string in an event's data is redacted when the event is made (API keys,
 ``Authorization`` values, key shapes: see :mod:`orchestra._redact`), so no

@@ -219,4 +219,6 @@ def _turn_fields(run: LiveRun, reply: ChatReply, usage: Usage) -> dict[str, Any]
         "finish": reply.finish_reason,
         "tool_calls": [c["function"]["name"] for c in reply.tool_calls],
         "usage_reported": reply.usage_reported,
+        "response_model": reply.model,
+        "response_id": reply.id,
     }

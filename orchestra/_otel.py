@@ -1,34 +1,64 @@
 """OpenTelemetry spans for the run tree, following the GenAI semantic conventions.
 
+Conventions followed: the OpenTelemetry GenAI semantic conventions
+(github.com/open-telemetry/semantic-conventions-genai, status Development, no
+tagged release yet: read at main, commit 002c8a6), which build on the general
+semantic conventions v1.41.1 (``error.type``, ``server.*``, ``exception.*``):
+the tracer's schema URL is :data:`SCHEMA_URL`.
+
 One ``invoke_agent {agent}`` span per run (per process segment of a run), one
 ``chat {model}`` span per model call and one ``execute_tool {tool}`` span per
 tool call. A child run's agent span is a child of the parent's
-``execute_tool`` span, so one trace holds the whole tree. Run ids, the call's
-own cost (chat spans) and the run's own and tree cost (agent spans) are in the
-``orchestra.*`` namespace; no cost is counted twice across levels. A run that
-spans several processes has one agent span per process: ``orchestra.cost_usd``
-and ``orchestra.tree_cost_usd`` there are what was spent *during that span*
-(so agent spans add up), and ``orchestra.run.*_total`` the run's totals.
+``execute_tool`` span, so one trace holds the whole tree.
+
+Costs and tokens are never counted twice. Each chat span carries its call's
+cost (``orchestra.call.cost_usd``, and the same number under the keys LLM
+backends sum: ``gen_ai.usage.cost`` for Langfuse, ``llm.cost.total`` for
+OpenInference/Phoenix) and its token counts (``gen_ai.usage.*``): summing them
+over a trace gives the tree's spend. Agent spans carry what was spent *during
+that span* (a run that spans several processes has one agent span per
+process, so they add up): ``orchestra.run.cost_usd`` (the run's own calls)
+and ``orchestra.tree.cost_usd`` (its subtree's), tokens under
+``orchestra.run.*`` / ``orchestra.tree.*`` only (names no backend sums), and
+the run's totals so far in ``orchestra.run.cost_usd_total`` /
+``orchestra.tree.cost_usd_total``. There is no ``orchestra.cost_usd``: it meant
+the call's cost on one span kind and the run's on another.
+
+A run that did not complete has span status ERROR, ``error.type`` its status
+(``failed``, ``budget_exceeded``, ``max_turns_exceeded``,
+``deadline_exceeded``) or, when ``interrupted``, what it waits for
+(``approval``, ``cancelled``, ``unknown_outcome``, ``provider_unavailable``,
+``no_progress``, ``stop_condition``), and its redacted stop reason as the
+status description. A tool that raised has an ``exception`` event
+(``exception.type``; ``exception.message`` only with content capture) and
+``error.type`` its exception class; one that ran out of time ``timeout``.
+Chat and tool spans still open when their run stops end with the run's
+``error.type``.
 
 The span context of every run is saved with its state
 (``RunState.trace_context``): a run resumed in another process, days later,
-starts its new agent span as a child of the last one, in the same trace.
+starts its new agent span as a child of the last one, in the same trace, with
+an ``orchestra.decision`` event for each waiting call a human decided on.
 
 Spans are built from the run's events on the trio thread, through any
 OpenTelemetry ``TracerProvider``: the SDK's (sampling, custom processors) or
 :func:`configure_otlp`'s lean one, which records spans as plain data and
-exports them from a child process. Message contents and
-tool arguments are recorded only with ``capture_content=True``. Stop reasons
-and error texts are redacted of secrets (events already are; see
-:mod:`orchestra._redact`).
+exports them from a child process. Contents (messages, tool arguments and
+results) are recorded only when content capture is on (see
+:mod:`orchestra._otel_content`). Stop reasons and error texts are redacted of
+secrets (events already are; see :mod:`orchestra._redact`).
 """
 
 from __future__ import annotations
 
-import json
+import functools
+import hashlib
 import os
+import time
 from collections.abc import Sequence
+from importlib import metadata
 from typing import Any
+from urllib.parse import urlsplit
 
 import trio
 from opentelemetry import context as otel_context
@@ -36,40 +66,70 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from . import _otel_content as content
+from ._dispatch import pending_calls
 from ._events import Event
 from ._otlp_protocol import protocol_name
 from ._redact import redact
 from ._run import LiveRun
 from ._spans import RecordingTracerProvider
-from ._state import Usage
+from ._state import RunState, Usage
+from ._state import Status as RunStatus
 
-__all__ = ["OTelTracer", "configure_otlp", "finish_export", "flush_spans"]
+__all__ = ["SCHEMA_URL", "OTelTracer", "configure_otlp", "finish_export", "flush_spans"]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _INSTRUMENTATION = "orchestra"
+SCHEMA_URL = "https://opentelemetry.io/schemas/1.41.1"
+"""The semantic conventions version the GenAI conventions we follow build on."""
+
+
+@functools.cache
+def package_version() -> str:
+    """Orchestra's installed version (the instrumentation scope's and ``service.version``)."""
+    try:
+        return metadata.version("orchestra")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def agent_id(name: str, model: str) -> str:
+    """``gen_ai.agent.id``: the same for every run of one agent (name and model)."""
+    return "agent_" + hashlib.sha256(f"{name}\0{model}".encode()).hexdigest()[:16]
 
 
 class OTelTracer:
     """Turns a runner's events into OpenTelemetry spans.
 
     Pass it as ``Runner(tracer=OTelTracer())``. ``provider_name`` fills
-    ``gen_ai.provider.name`` (the model vendor behind the endpoint).
+    ``gen_ai.provider.name``; by default the runner's provider names itself
+    (``OpenAIProvider.provider_name``). ``capture_content`` records messages,
+    tool arguments and results (redacted, bounded); None follows
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` (off unless ``true``).
     """
 
     def __init__(
         self,
         *,
         tracer_provider: trace.TracerProvider | None = None,
-        provider_name: str = "openai",
-        capture_content: bool = False,
+        provider_name: str | None = None,
+        capture_content: bool | None = None,
     ) -> None:
-        self._tracer = trace.get_tracer(_INSTRUMENTATION, tracer_provider=tracer_provider)
+        self._tracer = trace.get_tracer(
+            _INSTRUMENTATION,
+            package_version(),
+            tracer_provider=tracer_provider,
+            schema_url=SCHEMA_URL,
+        )
         self._provider_name = provider_name
-        self._capture = capture_content
+        self._capture = content.capture_from_env() if capture_content is None else capture_content
+        self._endpoint: tuple[object, dict[str, Any]] | None = None
         self._agents: dict[str, Span] = {}
         self._contexts: dict[str, otel_context.Context] = {}
         self._chats: dict[str, Span] = {}
         self._tools: dict[tuple[str, str], Span] = {}
+        self._raised: dict[tuple[str, str], str] = {}
+        self._unread: list[tuple[LiveRun, str, Span, int]] = []
         self._at_start: dict[str, tuple[Usage, Usage]] = {}
         self._handlers = {  # event type -> its _on_<type> method
             name.removeprefix("_on_"): getattr(self, name)
@@ -77,32 +137,62 @@ class OTelTracer:
             if name.startswith("_on_")
         }
 
+    @property
+    def capture_content(self) -> bool:
+        """Whether contents are recorded on spans."""
+        return self._capture
+
     def __call__(self, run: LiveRun, event: Event) -> None:
+        if self._unread:
+            self._end_unread()
         handler = self._handlers.get(event.type)
         if handler is not None:
             handler(run, event)
+
+    def _server(self, run: LiveRun) -> dict[str, Any]:
+        """``gen_ai.provider.name`` and ``server.address``/``port`` of the run's provider."""
+        provider = run.runner.provider
+        if self._endpoint is None or self._endpoint[0] is not provider:
+            self._endpoint = (provider, _endpoint(provider, self._provider_name))
+        return self._endpoint[1]
+
+    def _common(self, run: LiveRun) -> dict[str, Any]:
+        """What chat and tool spans share: the conversation, the agent, the run."""
+        state = run.state
+        return {
+            "gen_ai.conversation.id": state.root_id,
+            "gen_ai.agent.name": state.agent,
+            "orchestra.run.id": state.run_id,
+        }
 
     # -- agent spans ------------------------------------------------------------
 
     def _on_run_started(self, run: LiveRun, event: Event) -> None:
         state = run.state
         parent, links = self._parent(run)
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.provider.name": self._server(run)["gen_ai.provider.name"],
+            "gen_ai.agent.name": state.agent,
+            "gen_ai.agent.id": agent_id(state.agent, state.model),
+            "gen_ai.conversation.id": state.root_id,
+            "gen_ai.request.model": state.model,
+            **_ids(run),
+            "orchestra.resumed": bool(event.data.get("resumed")),
+        }
+        if self._capture:
+            system = content.system_instructions(state.messages)
+            if system is not None:
+                attributes["gen_ai.system_instructions"] = system
         span = self._tracer.start_span(
             f"invoke_agent {state.agent}",
             context=parent,
             kind=SpanKind.INTERNAL,
             links=links,
-            attributes={
-                "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.provider.name": self._provider_name,
-                "gen_ai.agent.name": state.agent,
-                "gen_ai.agent.id": state.run_id,
-                "gen_ai.conversation.id": state.root_id,
-                "gen_ai.request.model": state.model,
-                **_ids(run),
-                "orchestra.resumed": bool(event.data.get("resumed")),
-            },
+            attributes=attributes,
         )
+        if event.data.get("resumed"):
+            _add_decisions(span, state)
         self._agents[state.run_id] = span
         self._contexts[state.run_id] = trace.set_span_in_context(span)
         self._at_start[state.run_id] = (state.own, state.tree)
@@ -139,17 +229,18 @@ class OTelTracer:
 
     def _on_run_stopped(self, run: LiveRun, event: Event) -> None:
         state = run.state
-        why = _stop_error(run)
+        why = error_type(state)
+        reason = redact(state.reason)
         for key in [k for k in self._tools if k[0] == state.run_id]:
-            _end_with_error(self._tools.pop(key), why or "run stopped")
+            self._raised.pop(key, None)
+            _end_with_error(self._tools.pop(key), why or "run_stopped", reason)
         chat = self._chats.pop(state.run_id, None)
         if chat is not None:
-            _end_with_error(chat, why or "run stopped")
+            _end_with_error(chat, why or "run_stopped", reason)
         span = self._agents.pop(state.run_id, None)
         self._contexts.pop(state.run_id, None)
         if span is None:
             return
-        reason = redact(state.reason)
         span.set_attributes({**self._spent(run), "orchestra.stop_reason": reason})
         span.add_event(
             "run_stopped", {"orchestra.status": state.status.value, "orchestra.stop_reason": reason}
@@ -166,35 +257,39 @@ class OTelTracer:
         own, tree = state.own - own0, state.tree - tree0
         return {
             "orchestra.status": state.status.value,
-            "orchestra.cost_usd": own.cost_usd,
-            "orchestra.tree_cost_usd": tree.cost_usd,
+            "orchestra.run.cost_usd": own.cost_usd,
+            "orchestra.tree.cost_usd": tree.cost_usd,
+            "orchestra.run.input_tokens": own.prompt_tokens,
+            "orchestra.run.output_tokens": own.completion_tokens,
+            "orchestra.tree.input_tokens": tree.prompt_tokens,
+            "orchestra.tree.output_tokens": tree.completion_tokens,
             "orchestra.turns": own.model_calls,
             "orchestra.tool_runs": own.tool_runs,
             "orchestra.child_runs": own.child_runs,
-            "gen_ai.usage.input_tokens": own.prompt_tokens,
-            "gen_ai.usage.output_tokens": own.completion_tokens,
             "orchestra.run.cost_usd_total": state.own.cost_usd,
-            "orchestra.run.tree_cost_usd_total": state.tree.cost_usd,
+            "orchestra.tree.cost_usd_total": state.tree.cost_usd,
             "orchestra.run.turns_total": state.turns,
         }
 
     # -- chat spans ---------------------------------------------------------------
 
     def _on_model_request(self, run: LiveRun, event: Event) -> None:
-        span = self._tracer.start_span(
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            **self._server(run),
+            "gen_ai.request.model": run.state.model,
+            "gen_ai.request.max_tokens": int(event.data["max_tokens"]),
+            **self._common(run),
+            "orchestra.turn": int(event.data["turn"]),
+        }
+        if self._capture:
+            attributes.update(content.input_attributes(run.state.messages))
+        self._chats[run.state.run_id] = self._tracer.start_span(
             f"chat {run.state.model}",
             kind=SpanKind.CLIENT,
             context=self._contexts.get(run.state.run_id),
-            attributes={
-                "gen_ai.operation.name": "chat",
-                "gen_ai.provider.name": self._provider_name,
-                "gen_ai.request.model": run.state.model,
-                "gen_ai.request.max_tokens": int(event.data["max_tokens"]),
-                "orchestra.turn": int(event.data["turn"]),
-                "orchestra.run.id": run.state.run_id,
-            },
+            attributes=attributes,
         )
-        self._chats[run.state.run_id] = span
 
     def _on_model_retry(self, run: LiveRun, event: Event) -> None:
         span = self._chats.get(run.state.run_id)
@@ -214,14 +309,25 @@ class OTelTracer:
         if span is None:
             return
         d = event.data
-        span.set_attributes(
-            {
-                "gen_ai.usage.input_tokens": int(d["prompt_tokens"]),
-                "gen_ai.usage.output_tokens": int(d["completion_tokens"]),
-                "gen_ai.response.finish_reasons": [str(d["finish"])],
-                "orchestra.cost_usd": float(d["call_cost_usd"]),
-            }
-        )
+        cost = float(d["call_cost_usd"])
+        attributes: dict[str, Any] = {
+            "gen_ai.usage.input_tokens": int(d["prompt_tokens"]),
+            "gen_ai.usage.output_tokens": int(d["completion_tokens"]),
+            "gen_ai.response.finish_reasons": [str(d["finish"])],
+            "orchestra.call.cost_usd": cost,
+            "gen_ai.usage.cost": cost,  # what Langfuse sums
+            "llm.cost.total": cost,  # what OpenInference (Phoenix) reads
+        }
+        for key, field in (
+            ("gen_ai.response.model", "response_model"),
+            ("gen_ai.response.id", "response_id"),
+        ):
+            if d.get(field):
+                attributes[key] = str(d[field])
+        if self._capture and run.state.messages:
+            reply = run.state.messages[-1]  # appended just before this event
+            attributes["gen_ai.output.messages"] = content.output_messages(reply, str(d["finish"]))
+        span.set_attributes(attributes)
         span.end()
 
     # -- tool spans ---------------------------------------------------------------
@@ -232,10 +338,10 @@ class OTelTracer:
             "gen_ai.tool.name": tool,
             "gen_ai.tool.call.id": call_id,
             "gen_ai.tool.type": "function",
-            "orchestra.run.id": run.state.run_id,
+            **self._common(run),
         }
         if self._capture and args is not None:
-            attributes["gen_ai.tool.call.arguments"] = json.dumps(args)
+            attributes["gen_ai.tool.call.arguments"] = content.tool_arguments(args)
         return self._tracer.start_span(
             f"execute_tool {tool}",
             kind=SpanKind.INTERNAL,
@@ -259,18 +365,71 @@ class OTelTracer:
                 },
             )
 
+    def _on_tool_error(self, run: LiveRun, event: Event) -> None:
+        key = (run.state.run_id, str(event.data["call_id"]))
+        span = self._tools.get(key)
+        if span is None:
+            return
+        kind = str(event.data.get("error_type") or "Exception")
+        details = {"exception.type": kind}
+        if self._capture:
+            details["exception.message"] = content.text(str(event.data.get("error", "")))
+        span.add_event("exception", details)
+        self._raised[key] = kind
+
     def _on_tool_result(self, run: LiveRun, event: Event) -> None:
         d = event.data
         key = (run.state.run_id, str(d["call_id"]))
         span = self._tools.pop(key, None)
+        raised = self._raised.pop(key, None)
         if span is None:  # decided without running (rejected, deduplicated, invalid)
             span = self._start_tool(run, str(d["tool"]), key[1], None)
             span.set_attribute("orchestra.tool.decided", True)
+            if self._capture and d.get("result") is not None:
+                span.set_attribute("gen_ai.tool.call.result", content.text(d["result"]))
             span.end()
         elif d.get("ok"):
-            span.end()
+            if self._capture:  # its result is recorded just after this event: read it then
+                self._unread.append((run, key[1], span, time.time_ns()))
+            else:
+                span.end()
+        elif d.get("timed_out"):
+            _end_with_error(span, "timeout", "the tool ran out of time")
         else:
-            _end_with_error(span, "timeout" if d.get("timed_out") else "tool_error")
+            _end_with_error(span, raised or "tool_error", raised or "the tool failed")
+
+    def _end_unread(self) -> None:
+        """End the tool spans that waited for their result text (content capture).
+
+        Runs before the next event is handled: the dispatcher records a call's
+        result right after its ``tool_result`` event, with no checkpoint in
+        between, so it is there by then. Each span ends at its event's time.
+        """
+        unread, self._unread = self._unread, []
+        for run, call_id, span, ended_ns in unread:
+            result = _result_of(run.state, call_id)
+            if result is not None:
+                span.set_attribute("gen_ai.tool.call.result", content.text(result))
+            span.end(end_time=ended_ns)
+
+
+def _endpoint(provider: object, name: str | None) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        "gen_ai.provider.name": name
+        or getattr(provider, "provider_name", None)
+        or type(provider).__name__.lower()
+    }
+    url = getattr(provider, "base_url", None)
+    if isinstance(url, str):
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError:
+            return attributes
+        if parts.hostname:
+            attributes["server.address"] = parts.hostname
+            attributes["server.port"] = port or (443 if parts.scheme == "https" else 80)
+    return attributes
 
 
 def _ids(run: LiveRun) -> dict[str, str]:
@@ -282,19 +441,52 @@ def _ids(run: LiveRun) -> dict[str, str]:
     return ids
 
 
-def _stop_error(run: LiveRun) -> str | None:
-    """``error.type`` for a stopped run: cancellations and failures are errors."""
-    state = run.state
-    if state.interruption is not None and state.interruption.kind.value == "cancelled":
-        return "cancelled"
-    if state.status.value == "failed":
-        return redact(state.error or "failed").split(":", 1)[0].split("\n", 1)[0][:80] or "failed"
+def error_type(state: RunState) -> str | None:
+    """``error.type`` of a stopped run: None if it completed, else its status, or
+    for ``interrupted`` what it waits for (``approval``, ``cancelled``...)."""
+    if state.status is RunStatus.COMPLETED:
+        return None
+    if state.status is RunStatus.INTERRUPTED and state.interruption is not None:
+        return state.interruption.kind.value
+    return state.status.value
+
+
+def _add_decisions(span: Span, state: RunState) -> None:
+    """An ``orchestra.decision`` event for each waiting call a human decided on."""
+    approved = {a.call_id for a in state.approvals}
+    for call in pending_calls(state):
+        call_id = str(call["id"])
+        if call_id in state.rejections:
+            decision, reason = "rejected", state.rejections[call_id]
+        elif call_id in approved:
+            decision, reason = "approved", ""
+        else:
+            continue
+        span.add_event(
+            "orchestra.decision",
+            {
+                "orchestra.decision": decision,
+                "orchestra.decision.reason": redact(reason),
+                "gen_ai.tool.call.id": call_id,
+                "gen_ai.tool.name": str((call.get("function") or {}).get("name", "")),
+            },
+        )
+
+
+def _result_of(state: RunState, call_id: str) -> str | None:
+    """The recorded result of ``call_id``: pending, or already in the transcript."""
+    if call_id in state.results:
+        return state.results[call_id]
+    for message in reversed(state.messages):
+        if message.get("role") == "tool" and message.get("tool_call_id") == call_id:
+            return str(message.get("content") or "")
     return None
 
 
-def _end_with_error(span: Span, error_type: str, description: str = "") -> None:
-    span.set_attribute("error.type", error_type)
-    span.set_status(Status(StatusCode.ERROR, description or error_type))
+def _end_with_error(span: Span, kind: str, description: str = "") -> None:
+    """End ``span`` as an error: ``error.type`` ``kind``, status ERROR with ``description``."""
+    span.set_attribute("error.type", kind)
+    span.set_status(Status(StatusCode.ERROR, description or kind))
     span.end()
 
 
@@ -310,8 +502,9 @@ def configure_otlp(
     SDK's OTLP exporter in a child process (see
     :mod:`orchestra._otlp_process`), off this process's GIL. Follows the
     standard variables: ``OTEL_SERVICE_NAME`` (default ``orchestra``),
-    ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_EXPORTER_OTLP_PROTOCOL`` /
-    ``..._TRACES_PROTOCOL`` (``http/protobuf``, the default, or ``grpc``),
+    ``OTEL_RESOURCE_ATTRIBUTES`` (``service.version`` defaults to orchestra's
+    version), ``OTEL_EXPORTER_OTLP_PROTOCOL`` / ``..._TRACES_PROTOCOL``
+    (``http/protobuf``, the default, or ``grpc``),
     ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``..._TRACES_ENDPOINT`` and the
     exporter's others (headers, timeout, certificates). Call ``shutdown()``
     when done (it flushes; also run at exit).
@@ -328,6 +521,8 @@ def configure_otlp(
     )
     name = service_name or os.environ.get("OTEL_SERVICE_NAME") or "orchestra"
     resource = Resource.create({"service.name": name})
+    if "service.version" not in resource.attributes:  # OTEL_RESOURCE_ATTRIBUTES may set it
+        resource = resource.merge(Resource({"service.version": package_version()}))
     sink = ExportProcess(protocol=protocol_name(protocol), endpoint=endpoint, resource=resource)
     return RecordingTracerProvider(sink=sink)
 

@@ -28,6 +28,7 @@ import os
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
 
 import attrs
 
@@ -38,7 +39,7 @@ from ._redact import excerpt, redact, register
 if TYPE_CHECKING:  # imported by the client that uses it: `orchestra show` needs none
     import httpx
 
-__all__ = ["ChatReply", "ChatRequest", "OpenAIProvider", "Provider"]
+__all__ = ["ChatReply", "ChatRequest", "OpenAIProvider", "Provider", "provider_name_for"]
 
 MAX_REPLY_TOKENS = 10_000_000
 """The most prompt or completion tokens one reply may report."""
@@ -113,6 +114,10 @@ class ChatReply:
     completion_tokens: int
     usage_reported: bool = True
     """False when the server sent no usage: the counts are 0 and the caller estimates."""
+    model: str | None = None
+    """The model that answered, as the server names it (``model`` of the body), if given."""
+    id: str | None = None
+    """The server's id of this completion (``id`` of the body), if given."""
 
     @property
     def tool_calls(self) -> list[dict[str, Any]]:
@@ -132,12 +137,44 @@ def _env_base_url() -> str | None:
     return os.environ.get("OPENAI_BASE_URL") or os.environ.get("LLM_BASE_URL")
 
 
+_KNOWN_HOSTS = {  # host suffix -> gen_ai.provider.name (the conventions' well-known values)
+    "api.openai.com": "openai",
+    "openai.azure.com": "azure.ai.openai",
+    "api.anthropic.com": "anthropic",
+    "api.deepseek.com": "deepseek",
+    "api.groq.com": "groq",
+    "api.mistral.ai": "mistral_ai",
+    "api.x.ai": "x_ai",
+    "api.perplexity.ai": "perplexity",
+    "api.moonshot.ai": "moonshot_ai",
+    "api.cohere.com": "cohere",
+    "api.cohere.ai": "cohere",
+    "generativelanguage.googleapis.com": "gcp.gemini",
+    "aiplatform.googleapis.com": "gcp.vertex_ai",
+}
+
+
+def provider_name_for(base_url: str) -> str:
+    """``gen_ai.provider.name`` for an endpoint: the vendor's well-known name for
+    its API host (``api.openai.com`` -> ``openai``), else the host itself
+    (``127.0.0.1``, ``openrouter.ai``): an OpenAI-compatible server says
+    nothing reliable about whose model is behind it."""
+    host = (urlsplit(base_url).hostname or "").lower()
+    for suffix, name in _KNOWN_HOSTS.items():
+        if host == suffix or host.endswith("." + suffix):
+            return name
+    return host or "unknown"
+
+
 class OpenAIProvider:
     """A client for any OpenAI-compatible chat-completions endpoint.
 
     ``base_url`` and ``api_key`` default to ``OPENAI_BASE_URL`` (or
     ``LLM_BASE_URL``) and ``OPENAI_API_KEY``. ``transport`` lets tests plug in
     an in-process transport such as ``orchestra.testing.ScriptedTransport``.
+
+    ``provider_name`` names the vendor behind the endpoint in traces
+    (``gen_ai.provider.name``); by default :func:`provider_name_for` the base URL.
 
     ``recover_tool_calls=True`` reads tool calls a model wrote into its
     content as JSON (bare, fenced or in ``<tool_call>`` tags) back into
@@ -155,10 +192,12 @@ class OpenAIProvider:
         timeout: float = 120.0,
         transport: httpx.AsyncBaseTransport | None = None,
         recover_tool_calls: bool = False,
+        provider_name: str | None = None,
     ) -> None:
         url = base_url or _env_base_url()
         if not url:
             raise ConfigError("no base URL: pass base_url= or set OPENAI_BASE_URL")
+        self.provider_name = provider_name or provider_name_for(url)
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         register(key)
@@ -275,6 +314,8 @@ def parse_reply(response: httpx.Response) -> ChatReply:
             prompt_tokens=_token_count(usage, "prompt_tokens"),
             completion_tokens=_token_count(usage, "completion_tokens"),
             usage_reported=usage is not None,
+            model=_label(body.get("model")),
+            id=_label(body.get("id")),
         )
     except RecursionError:
         raise ProviderReplyError("not a chat completion: the reply is nested too deeply") from None
@@ -300,6 +341,18 @@ def _token_count(usage: Mapping[str, Any] | None, field: str) -> int:
             f"integer from 0 to {MAX_REPLY_TOKENS:,})"
         )
     return value
+
+
+def _label(value: Any) -> str | None:
+    """A short identifying string of the reply (its ``model``, its ``id``), else None:
+    these only label traces, so an odd one is dropped rather than refused."""
+    if not isinstance(value, str) or not value or len(value) > MAX_LABEL:
+        return None
+    return redact(value)
+
+
+MAX_LABEL = 256
+"""The longest ``model`` or ``id`` of a reply that is kept."""
 
 
 def _short_repr(value: Any) -> str:

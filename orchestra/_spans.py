@@ -42,7 +42,7 @@ Record = tuple[Any, ...]
 start_ns, end_ns, attributes, events, links, status_code, status_description,
 scope)`` with ``events`` a list of ``(name, time_ns, attributes)``, ``links`` a
 list of ``(trace_id, span_id, trace_flags, attributes)`` and ``scope`` a
-``(name, version)`` pair."""
+``(name, version, schema_url)`` triple (empty strings for none)."""
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _KIND_VALUES = {kind: kind.value for kind in SpanKind}  # enum .value is slow on the hot path
@@ -80,7 +80,7 @@ class RecordingTracerProvider(trace.TracerProvider):
         schema_url: str | None = None,
         attributes: Any = None,
     ) -> trace.Tracer:
-        scope = (instrumenting_module_name, instrumenting_library_version or "")
+        scope = (instrumenting_module_name, instrumenting_library_version or "", schema_url or "")
         return _Tracer(self.sink, scope)
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
@@ -93,7 +93,7 @@ class RecordingTracerProvider(trace.TracerProvider):
 
 
 class _Tracer(trace.Tracer):
-    def __init__(self, sink: SpanSink, scope: tuple[str, str]) -> None:
+    def __init__(self, sink: SpanSink, scope: tuple[str, str, str]) -> None:
         self._sink = sink
         self._scope = scope
 
@@ -233,7 +233,7 @@ class RecordedSpan(trace.Span):
         if tracer is not None:  # ending twice is a no-op, as in the SDK
             tracer.finish(self, end_time or time.time_ns())
 
-    def record(self, end_ns: int, scope: tuple[str, str]) -> Record:
+    def record(self, end_ns: int, scope: tuple[str, str, str]) -> Record:
         return (
             self._name,
             _KIND_VALUES[self._kind],
@@ -272,7 +272,7 @@ def to_readable(record: Record, resource: Resource) -> ReadableSpan:
         status=Status(StatusCode(code), description),
         start_time=start,
         end_time=end,
-        instrumentation_scope=InstrumentationScope(scope[0], scope[1] or None),
+        instrumentation_scope=InstrumentationScope(scope[0], scope[1] or None, scope[2] or None),
     )
 
 

@@ -50,6 +50,9 @@ class Span:
     name: str
     attributes: dict[str, Any]
     events: tuple[str, ...]
+    status: str = "UNSET"
+    """``UNSET``, ``OK`` or ``ERROR``."""
+    status_message: str = ""
 
     def attr(self, key: str) -> Any:
         return self.attributes.get(key)
@@ -140,13 +143,16 @@ def jaeger_span(raw: dict[str, Any], trace_id: str) -> Span:
         for f in log["fields"]
         if f["key"] == "event"
     )
+    tags = {t["key"]: t["value"] for t in raw["tags"]}
     return Span(
         trace_id=trace_id,
         span_id=raw["spanID"],
         parent_id=parents[0] if parents else None,
         name=raw["operationName"],
-        attributes={t["key"]: t["value"] for t in raw["tags"]},
+        attributes=tags,
         events=events,
+        status=str(tags.get("otel.status_code", "UNSET")),
+        status_message=str(tags.get("otel.status_description", "")),
     )
 
 
@@ -173,6 +179,8 @@ def phoenix_span(raw: dict[str, Any]) -> Span:
         name=raw["name"],
         attributes=raw["attributes"],
         events=tuple(e["name"] for e in raw.get("events") or []),
+        status=str(raw.get("status_code") or "UNSET"),
+        status_message=str(raw.get("status_message") or ""),
     )
 
 
@@ -223,28 +231,46 @@ def check_research_tree(spans: list[Span], report: dict[str, Any]) -> None:
         assert span.attr("orchestra.root_run.id") == root_id
         assert span.attr("orchestra.status") == runs[run_id]["status"] == "completed"
         assert span.attr("gen_ai.agent.name") == runs[run_id]["agent"]
+        assert span.status == "UNSET" and span.attr("error.type") is None
+    for span in [*operation(spans, "chat"), *operation(spans, "execute_tool")]:
+        run = runs[span.attr("orchestra.run.id")]
+        assert span.attr("gen_ai.conversation.id") == root_id
+        assert span.attr("gen_ai.agent.name") == run["agent"]
+    for chat in operation(spans, "chat"):
+        assert chat.attr("gen_ai.provider.name") == "orchestra.scripted"  # the demo's server
+        assert chat.attr("server.address") == "127.0.0.1"
+        assert chat.attr("gen_ai.response.model") == chat.attr("gen_ai.request.model")
+        assert chat.attr("gen_ai.response.id")
     check_costs(spans, agents, report)
 
 
 def check_costs(spans: list[Span], agents: dict[str, Span], report: dict[str, Any]) -> None:
+    """Agent spans: own and tree cost; chat spans: each call's, under every key a backend
+    sums, adding up to the root's tree cost; no key means one thing here, another there."""
     for run in walk(report):
         span = agents[run["run_id"]]
-        assert span.attr("orchestra.cost_usd") == pytest.approx(run["cost_usd"], abs=COST_TOLERANCE)
-        assert span.attr("orchestra.tree_cost_usd") == pytest.approx(
+        assert span.attr("orchestra.run.cost_usd") == pytest.approx(
+            run["cost_usd"], abs=COST_TOLERANCE
+        )
+        assert span.attr("orchestra.tree.cost_usd") == pytest.approx(
             run["tree_cost_usd"], abs=COST_TOLERANCE
         )
     root = agents[report["run_id"]]
-    tree = root.attr("orchestra.tree_cost_usd")
-    children = sum(agents[c["run_id"]].attr("orchestra.tree_cost_usd") for c in report["children"])
-    assert tree == pytest.approx(root.attr("orchestra.cost_usd") + children, abs=COST_TOLERANCE)
+    tree = root.attr("orchestra.tree.cost_usd")
+    children = sum(agents[c["run_id"]].attr("orchestra.tree.cost_usd") for c in report["children"])
+    assert tree == pytest.approx(root.attr("orchestra.run.cost_usd") + children, abs=COST_TOLERANCE)
     assert tree == pytest.approx(report["tree_cost_usd"], abs=COST_TOLERANCE)
     assert tree > 0
     chats = operation(spans, "chat")
-    assert sum(c.attr("orchestra.cost_usd") for c in chats) == pytest.approx(
-        tree, abs=COST_TOLERANCE
-    )
+    for key in ("orchestra.call.cost_usd", "gen_ai.usage.cost"):
+        assert sum(c.attr(key) for c in chats) == pytest.approx(tree, abs=COST_TOLERANCE)
     for chat in chats:  # each call under its own run's agent span
         assert chat.parent_id == agents[chat.attr("orchestra.run.id")].span_id
+    for span in spans:
+        assert span.attr("orchestra.cost_usd") is None
+        if span.attr("gen_ai.operation.name") != "chat":
+            assert span.attr("gen_ai.usage.cost") is None
+            assert span.attr("gen_ai.usage.input_tokens") is None
 
 
 # -- Jaeger ---------------------------------------------------------------------------------
@@ -309,19 +335,86 @@ def test_approval_and_resume_in_other_processes_continue_the_trace(
     assert first.attr("orchestra.status") == "interrupted"
     assert second.attr("orchestra.status") == "completed"
     assert "approval_required" in first.events
+    assert (first.status, first.attr("error.type")) == ("ERROR", "approval")
+    assert first.status_message == stopped["reason"]
+    assert "orchestra.decision" in second.events  # the human's yes, on the resumed segment
+    assert second.status == "UNSET"
     # each agent span carries what was spent during it; together they make the run's cost
-    assert first.attr("orchestra.cost_usd") == pytest.approx(stopped["cost_usd"], abs=1e-9)
-    assert second.attr("orchestra.cost_usd") == pytest.approx(
+    assert first.attr("orchestra.run.cost_usd") == pytest.approx(stopped["cost_usd"], abs=1e-9)
+    assert second.attr("orchestra.run.cost_usd") == pytest.approx(
         done["cost_usd"] - stopped["cost_usd"], abs=1e-9
     )
     assert second.attr("orchestra.run.cost_usd_total") == pytest.approx(done["cost_usd"], abs=1e-9)
     chats = operation(spans, "chat")
     assert len(chats) == done["turns"]
-    assert sum(c.attr("orchestra.cost_usd") for c in chats) == pytest.approx(
+    assert sum(c.attr("orchestra.call.cost_usd") for c in chats) == pytest.approx(
         done["cost_usd"], abs=COST_TOLERANCE
     )
     delete = [s for s in spans if s.name == "execute_tool delete_file"]
     assert [s.parent_id for s in delete] == [second.span_id]  # ran after the approval
+
+
+@pytest.mark.otlp
+def test_the_provider_name_is_saved_and_contents_are_captured_on_request(
+    jaeger_url: str, unique_name: str, tmp_path: Path
+) -> None:
+    """``--provider-name`` is saved with the run (the resume keeps it); ``--capture-content``
+    adds contents to the spans of the process that asked for it only."""
+    env = otel_env(
+        OTEL_SERVICE_NAME=unique_name,
+        OTEL_EXPORTER_OTLP_ENDPOINT=os.environ.get("ORCHESTRA_OTLP_HTTP", "http://127.0.0.1:4318"),
+    )
+    box = str(tmp_path / "box")
+    demo = ("demo", "destructive", "--dir", box, "--otlp", "--provider-name", "acme.test")
+    stopped = cli(*demo, env=env, check=EXIT_INTERRUPTED)
+    cli("approve", stopped["run_id"], env=env)
+    done = cli("resume", stopped["run_id"], "--otlp", "--capture-content", env=env)
+
+    traces = jaeger_traces(jaeger_url, unique_name, expected_span_count(done, segments=2))
+    spans = traces[done["trace_id"]]
+    chats = sorted(operation(spans, "chat"), key=lambda s: s.attr("orchestra.turn"))
+    assert {c.attr("gen_ai.provider.name") for c in chats} == {"acme.test"}
+    before, after = chats[: stopped["turns"]], chats[stopped["turns"] :]
+    assert before and after
+    assert all(c.attr("gen_ai.input.messages") is None for c in before)
+    for chat in after:
+        messages = json.loads(chat.attr("gen_ai.input.messages"))
+        assert messages[0]["role"] == "user" and messages[0]["parts"][0]["type"] == "text"
+        assert json.loads(chat.attr("gen_ai.output.messages"))[0]["role"] == "assistant"
+    [delete] = [s for s in spans if s.name == "execute_tool delete_file"]
+    assert json.loads(delete.attr("gen_ai.tool.call.arguments")) == {"path": "access.log"}
+
+
+@pytest.mark.otlp
+def test_a_child_stopped_by_its_budget_shows_as_an_error_in_jaeger(
+    jaeger_url: str, unique_name: str, tmp_path: Path
+) -> None:
+    """``orchestra demo research_runaway --child-budget 0.005 --otlp``: the child that hit
+    its budget is an error with its reason; its healthy sibling is not; costs add up."""
+    env = otel_env(
+        OTEL_SERVICE_NAME=unique_name,
+        OTEL_EXPORTER_OTLP_ENDPOINT=os.environ.get("ORCHESTRA_OTLP_HTTP", "http://127.0.0.1:4318"),
+    )
+    box = str(tmp_path / "box")
+    report = cli(
+        "demo", "research_runaway", "--child-budget", "0.005", "--dir", box, "--otlp", env=env
+    )
+    runs = {r["run_id"]: r for r in walk(report)}
+    [stopped] = [r for r in runs.values() if r["status"] == "budget_exceeded"]
+
+    traces = jaeger_traces(jaeger_url, unique_name, expected_span_count(report))
+    assert list(traces) == [report["trace_id"]]
+    spans = traces[report["trace_id"]]
+    agents = {s.attr("orchestra.run.id"): s for s in operation(spans, "invoke_agent")}
+    assert set(agents) == set(runs)
+    child = agents[stopped["run_id"]]
+    assert child.status == "ERROR"
+    assert child.attr("error.type") == "budget_exceeded"
+    assert child.status_message == stopped["reason"] and "budget" in stopped["reason"]
+    for run_id, span in agents.items():
+        if run_id != stopped["run_id"]:
+            assert span.status == "UNSET" and span.attr("error.type") is None
+    check_costs(spans, agents, report)
 
 
 # -- Phoenix --------------------------------------------------------------------------------

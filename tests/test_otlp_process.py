@@ -113,7 +113,9 @@ async def test_the_backend_receives_the_spans_the_tree_made(
     assert receiver.services() == {"orchestra-test-export"}
     same = sorted((s.name, sorted(attributes(s))) for s in sent)
     assert same == sorted((s.name, sorted(s.attributes)) for s in memory.get_finished_spans())
-    chat_cost = sum(attributes(s)["orchestra.cost_usd"] for s in sent if s.name.startswith("chat"))
+    chat_cost = sum(
+        attributes(s)["orchestra.call.cost_usd"] for s in sent if s.name.startswith("chat")
+    )
     assert chat_cost == pytest.approx(result.tree_cost_usd, abs=1e-9)
 
 
