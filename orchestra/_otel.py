@@ -6,10 +6,16 @@ tagged release yet: read at main, commit 002c8a6), which build on the general
 semantic conventions v1.41.1 (``error.type``, ``server.*``, ``exception.*``):
 the tracer's schema URL is :data:`SCHEMA_URL`.
 
-One ``invoke_agent {agent}`` span per run (per process segment of a run), one
-``chat {model}`` span per model call and one ``execute_tool {tool}`` span per
-tool call. A child run's agent span is a child of the parent's
-``execute_tool`` span, so one trace holds the whole tree.
+Each process segment of a run starts with an ``orchestra.segment {agent}``
+span that ends at once (so it is exported even if the process is then
+killed); the segment's ``invoke_agent {agent}`` span, its ``chat {model}``
+spans (one per model call) and ``execute_tool {tool}`` spans (one per tool
+call) are its children, and so is a child run's segment span (with a link to
+the spawning ``execute_tool`` span and its ``gen_ai.tool.call.id``). One trace
+holds the whole tree, and only segment spans, which end first, are parents:
+after ``kill -9`` the spans in flight (the killed segment's agent span, its
+unfinished chat and tool spans) are lost, but no exported span points at a
+parent that never was.
 
 Costs and tokens are never counted twice. Each chat span carries its call's
 cost (``orchestra.call.cost_usd``, and the same number under the keys LLM
@@ -35,10 +41,13 @@ status description. A tool that raised has an ``exception`` event
 Chat and tool spans still open when their run stops end with the run's
 ``error.type``.
 
-The span context of every run is saved with its state
+The context of a run's first segment span is saved with its state
 (``RunState.trace_context``): a run resumed in another process, days later,
-starts its new agent span as a child of the last one, in the same trace, with
-an ``orchestra.decision`` event for each waiting call a human decided on.
+starts its new segment span as a child of that one, which was exported when
+that segment started (a child resumed under its resumed parent hangs under
+the parent's new segment span, with a link to its own first one); the new
+agent span has an ``orchestra.decision`` event for each waiting call a human
+decided on.
 
 Spans are built from the run's events on the trio thread, through any
 OpenTelemetry ``TracerProvider``: the SDK's (sampling, custom processors) or
@@ -55,7 +64,6 @@ import functools
 import hashlib
 import os
 import time
-from collections.abc import Sequence
 from importlib import metadata
 from typing import Any
 from urllib.parse import urlsplit
@@ -169,7 +177,9 @@ class OTelTracer:
 
     def _on_run_started(self, run: LiveRun, event: Event) -> None:
         state = run.state
-        parent, links = self._parent(run)
+        resumed = bool(event.data.get("resumed"))
+        segment = self._start_segment(run, resumed)
+        context = trace.set_span_in_context(segment)
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.provider.name": self._server(run)["gen_ai.provider.name"],
@@ -178,7 +188,7 @@ class OTelTracer:
             "gen_ai.conversation.id": state.root_id,
             "gen_ai.request.model": state.model,
             **_ids(run),
-            "orchestra.resumed": bool(event.data.get("resumed")),
+            "orchestra.resumed": resumed,
         }
         if self._capture:
             system = content.system_instructions(state.messages)
@@ -186,35 +196,64 @@ class OTelTracer:
                 attributes["gen_ai.system_instructions"] = system
         span = self._tracer.start_span(
             f"invoke_agent {state.agent}",
+            context=context,
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+        )
+        if resumed:
+            _add_decisions(span, state)
+        self._agents[state.run_id] = span
+        self._contexts[state.run_id] = context
+        self._at_start[state.run_id] = (state.own, state.tree)
+
+    def _start_segment(self, run: LiveRun, resumed: bool) -> Span:
+        """This process segment's span, ended at once so that it is exported first.
+
+        Its parent: the parent run's segment span when the parent runs here
+        (with a link to the spawning tool call's span, which a crash may
+        lose), else the run's saved first segment span (exported when it
+        started), else none (a new trace). The run saves its context only
+        when it has none yet, or when it hangs under a live parent.
+        """
+        state = run.state
+        saved = trace.INVALID_SPAN_CONTEXT
+        if state.trace_context:  # saved by an earlier process
+            extracted = _PROPAGATOR.extract(state.trace_context)
+            saved = trace.get_current_span(extracted).get_span_context()
+        parent: otel_context.Context | None = None
+        links: list[Link] = []
+        attributes: dict[str, Any] = {
+            "gen_ai.agent.name": state.agent,
+            "gen_ai.conversation.id": state.root_id,
+            **_ids(run),
+            "orchestra.resumed": resumed,
+        }
+        parent_id = run.parent.state.run_id if run.parent is not None else None
+        live = parent_id is not None and parent_id in self._contexts
+        if parent_id is not None and live:
+            parent = self._contexts[parent_id]
+            if state.parent_call_id is not None:
+                attributes["gen_ai.tool.call.id"] = state.parent_call_id
+                tool = self._tools.get((parent_id, state.parent_call_id))
+                if tool is not None:
+                    links.append(Link(tool.get_span_context(), {"orchestra.link": "spawned_by"}))
+            if saved.is_valid:
+                links.append(Link(saved, {"orchestra.link": "earlier_segment"}))
+        elif saved.is_valid:
+            parent = trace.set_span_in_context(trace.NonRecordingSpan(saved))
+        segment = self._tracer.start_span(
+            f"orchestra.segment {state.agent}",
             context=parent,
             kind=SpanKind.INTERNAL,
             links=links,
             attributes=attributes,
         )
-        if event.data.get("resumed"):
-            _add_decisions(span, state)
-        self._agents[state.run_id] = span
-        self._contexts[state.run_id] = trace.set_span_in_context(span)
-        self._at_start[state.run_id] = (state.own, state.tree)
-        carrier: dict[str, str] = {}
-        _PROPAGATOR.inject(carrier, context=self._contexts[state.run_id])
-        state.trace_context = carrier
-
-    def _parent(self, run: LiveRun) -> tuple[otel_context.Context | None, Sequence[Link]]:
-        """The live parent span (the spawning tool call), else the saved context."""
-        saved = trace.INVALID_SPAN_CONTEXT
-        if run.state.trace_context:  # saved by an earlier process
-            extracted = _PROPAGATOR.extract(run.state.trace_context)
-            saved = trace.get_current_span(extracted).get_span_context()
-        links = [Link(saved)] if saved.is_valid else []
-        tool = None
-        if run.parent is not None and run.state.parent_call_id is not None:
-            tool = self._tools.get((run.parent.state.run_id, run.state.parent_call_id))
-        if tool is not None:
-            return trace.set_span_in_context(tool), links
-        if saved.is_valid:
-            return trace.set_span_in_context(trace.NonRecordingSpan(saved)), []
-        return None, []
+        segment.end()
+        if live or not saved.is_valid:
+            carrier: dict[str, str] = {}
+            _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(segment))
+            state.trace_context = carrier
+        return segment
 
     def _on_approval_required(self, run: LiveRun, event: Event) -> None:
         span = self._agents.get(run.state.run_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from typing import Any
@@ -14,7 +15,15 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from orchestra import ConfigError, Limits, OpenAIProvider, RecordingTracerProvider, Runner
+from orchestra import (
+    ConfigError,
+    Limits,
+    MemoryStore,
+    OpenAIProvider,
+    RecordingTracerProvider,
+    Runner,
+)
+from orchestra._demo import demo_task
 from orchestra._otel import SCHEMA_URL, OTelTracer, agent_id, configure_otlp, package_version
 from orchestra._otel_content import CAPTURE_ENV, MAX_TEXT
 from orchestra._provider import parse_reply, provider_name_for
@@ -67,20 +76,43 @@ def agents_by_run(spans) -> dict[str, Any]:
 # -- the tree -----------------------------------------------------------------------------
 
 
+def segments_by_run(spans) -> dict[str, Any]:
+    return {s.attributes["orchestra.run.id"]: s for s in by_name(spans, "orchestra.segment ")}
+
+
+def assert_one_root_no_orphans(spans) -> Any:
+    """One root; every parent span id is a span of the trace. Returns the root."""
+    ids = {s.context.span_id for s in spans}
+    assert len({s.context.trace_id for s in spans}) == 1
+    orphans = [s.name for s in spans if s.parent is not None and s.parent.span_id not in ids]
+    assert orphans == []
+    [root] = [s for s in spans if s.parent is None]
+    return root
+
+
 async def test_research_tree_is_one_trace_with_parent_links(traced, exporter, scenario_agent):
     result = await traced.run(scenario_agent("research"), "go")
     spans = exporter.get_finished_spans()
-    assert len({s.context.trace_id for s in spans}) == 1
-    agents = agents_by_run(spans)
-    assert set(agents) == {r.run_id for r in result.walk()}
-    root = agents[result.run_id]
-    assert root.parent is None and root.name == "invoke_agent assistant"
+    root = assert_one_root_no_orphans(spans)
+    agents, segments = agents_by_run(spans), segments_by_run(spans)
+    assert set(agents) == set(segments) == {r.run_id for r in result.walk()}
+    assert root is segments[result.run_id] and root.name == "orchestra.segment assistant"
+    assert root.end_time <= agents[result.run_id].start_time  # ended first: exported first
+    for run in result.walk():  # a segment's spans hang under its segment span
+        segment = segments[run.run_id].context.span_id
+        for span in spans:
+            if span.attributes.get("orchestra.run.id") == run.run_id and span.parent is not None:
+                assert span.parent.span_id == segment or span.name.startswith("orchestra.segment")
     tools = {s.context.span_id: s for s in by_name(spans, "execute_tool research")}
     for child in result.children:
-        span = agents[child.run_id]
-        tool = tools[span.parent.span_id]  # the child's span hangs under the parent's tool call
+        span = segments[child.run_id]  # the child's segment hangs under the parent's segment
+        assert span.parent.span_id == root.context.span_id
+        assert span.attributes["gen_ai.tool.call.id"] == child.state.parent_call_id
+        [link] = span.links  # ... and links to the spawning tool call
+        tool = tools[link.context.span_id]
         assert tool.attributes["gen_ai.tool.call.id"] == child.state.parent_call_id
         assert tool.parent.span_id == root.context.span_id
+        assert agents[child.run_id].parent.span_id == span.context.span_id
         assert span.attributes["orchestra.parent_run.id"] == result.run_id
         assert span.attributes["orchestra.root_run.id"] == result.run_id
 
@@ -322,7 +354,12 @@ async def test_a_resumed_run_continues_the_same_trace(traced, exporter, scenario
     spans = by_name(exporter.get_finished_spans(), "invoke_agent")
     assert len(spans) == 2 and len({s.context.trace_id for s in spans}) == 1
     first, second = sorted(spans, key=lambda s: s.start_time)
-    assert second.parent.span_id == first.context.span_id
+    segments = sorted(
+        by_name(exporter.get_finished_spans(), "orchestra.segment"), key=lambda s: s.start_time
+    )
+    assert [s.context.span_id for s in segments] == [first.parent.span_id, second.parent.span_id]
+    assert segments[1].parent.span_id == segments[0].context.span_id  # one trace, one root
+    assert_one_root_no_orphans(exporter.get_finished_spans())
     assert second.attributes["orchestra.resumed"] is True
     assert [e.name for e in first.events] == ["approval_required", "run_stopped"]
     assert first.attributes["error.type"] == "approval"
@@ -334,6 +371,49 @@ async def test_a_resumed_run_continues_the_same_trace(traced, exporter, scenario
     spent = first.attributes["orchestra.run.cost_usd"] + second.attributes["orchestra.run.cost_usd"]
     assert spent == pytest.approx(total, abs=1e-12)  # agent spans of one run add up
     assert second.attributes["orchestra.run.cost_usd_total"] == pytest.approx(total)
+
+
+async def test_a_crash_loses_only_the_spans_in_flight(
+    provider, tracer_for, exporter, scenario_agent
+):
+    """``kill -9`` mid-tree, simulated: at the crash the store is what was saved and the
+    exporter what was exported; nothing after reaches either. The resumed tree is one
+    trace with one root and no orphan span: every parent id is an exported span."""
+    agent = scenario_agent("research")
+    store, crashed_tracer = MemoryStore(), tracer_for()
+    crash: dict[str, Any] = {}
+
+    def until_killed(run, event) -> None:
+        if crash:
+            return  # the process is gone: nothing more is exported
+        crashed_tracer(run, event)
+        if event.type == "turn" and run.parent is not None:  # a child's call is exported...
+            crash.update(store=copy.deepcopy(store), root_id=run.state.root_id)
+            scope.cancel()  # ...its agent span, its parent's tool span are in flight
+
+    with trio.CancelScope() as scope:
+        await Runner(provider=provider, store=store, tracer=until_killed).run(
+            agent, demo_task("research")
+        )
+    lost = exporter.get_finished_spans()
+    assert lost and not by_name(lost, "invoke_agent")  # agent spans end only at the stop
+    resumed = Runner(provider=provider, store=crash["store"], tracer=tracer_for())
+    result = await resumed.resume(crash["root_id"], agent)
+    assert result.status.value == "completed"
+
+    spans = exporter.get_finished_spans()
+    root = assert_one_root_no_orphans(spans)
+    first, second = sorted(
+        (
+            s
+            for s in by_name(spans, "orchestra.segment ")
+            if s.attributes["orchestra.run.id"] == result.run_id
+        ),
+        key=lambda s: s.start_time,
+    )
+    assert root is first and second.parent.span_id == first.context.span_id
+    assert second.attributes["orchestra.resumed"] is True
+    assert result.state.trace_context == crash["store"].load(result.run_id).trace_context
 
 
 async def test_a_rejection_is_recorded_with_its_reason(traced, exporter, scenario_agent):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -109,9 +110,10 @@ def walk(report: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def expected_span_count(report: dict[str, Any], segments: int = 1) -> int:
-    """Agent spans (one per run and process segment), one chat per turn, one span per tool run."""
+    """A segment and an agent span per run and process segment, one chat per turn, one span
+    per tool run."""
     runs = list(walk(report))
-    return len(runs) + segments - 1 + sum(int(r["turns"]) + int(r["tool_runs"]) for r in runs)
+    return 2 * (len(runs) + segments - 1) + sum(int(r["turns"]) + int(r["tool_runs"]) for r in runs)
 
 
 # -- reading spans back ---------------------------------------------------------------
@@ -200,8 +202,25 @@ def operation(spans: list[Span], name: str) -> list[Span]:
     return [s for s in spans if s.attr("gen_ai.operation.name") == name]
 
 
+def segment_spans(spans: list[Span]) -> list[Span]:
+    return [s for s in spans if s.name.startswith("orchestra.segment ")]
+
+
+def check_one_root_no_orphan(spans: list[Span]) -> Span:
+    """One trace, one root, every parent id a span of the trace (no Jaeger "invalid parent
+    span IDs" warning); returns the root."""
+    assert len({s.trace_id for s in spans}) == 1
+    by_id = {s.span_id: s for s in spans}
+    assert len(by_id) == len(spans)
+    orphans = [s.name for s in spans if s.parent_id is not None and s.parent_id not in by_id]
+    assert orphans == []
+    [root] = [s for s in spans if s.parent_id is None]
+    return root
+
+
 def check_research_tree(spans: list[Span], report: dict[str, Any]) -> None:
-    """One trace; parent links root agent -> research tool -> child agent; costs add up."""
+    """One trace, one root, no orphan; root segment -> child segments, each segment ->
+    its agent, chat and tool spans; a child's segment names the spawning call; costs add up."""
     assert len(spans) == expected_span_count(report)
     assert {s.trace_id for s in spans} == {report["trace_id"]}
     by_id = {s.span_id: s for s in spans}
@@ -213,16 +232,27 @@ def check_research_tree(spans: list[Span], report: dict[str, Any]) -> None:
 
     root_id = report["run_id"]
     root = agents[root_id]
-    assert (root.parent_id, root.name) == (None, "invoke_agent assistant")
+    segments = {s.attr("orchestra.run.id"): s for s in segment_spans(spans)}
+    assert set(segments) == set(runs)
+    assert check_one_root_no_orphan(spans) == segments[root_id]
+    assert segments[root_id].name == "orchestra.segment assistant"
+    assert (root.parent_id, root.name) == (segments[root_id].span_id, "invoke_agent assistant")
     assert root.attr("orchestra.parent_run.id") is None
+    tools = {  # call ids are per run: the root's
+        s.attr("gen_ai.tool.call.id"): s
+        for s in operation(spans, "execute_tool")
+        if s.attr("orchestra.run.id") == root_id
+    }
     tool_spans: set[str] = set()
     for child in report["children"]:
         span = agents[child["run_id"]]
-        assert span.parent_id is not None
-        tool = by_id[span.parent_id]  # a child's agent span hangs under the spawning tool call
+        segment = segments[child["run_id"]]
+        assert span.parent_id == segment.span_id
+        assert segment.parent_id == segments[root_id].span_id  # exported before any crash
+        tool = tools[segment.attr("gen_ai.tool.call.id")]  # the spawning tool call
         tool_spans.add(tool.span_id)
         assert tool.name == "execute_tool research"
-        assert tool.parent_id == root.span_id
+        assert tool.parent_id == segments[root_id].span_id
         assert tool.attr("orchestra.run.id") == root_id
         assert span.name == "invoke_agent researcher"
         assert span.attr("orchestra.parent_run.id") == root_id
@@ -264,8 +294,9 @@ def check_costs(spans: list[Span], agents: dict[str, Span], report: dict[str, An
     chats = operation(spans, "chat")
     for key in ("orchestra.call.cost_usd", "gen_ai.usage.cost"):
         assert sum(c.attr(key) for c in chats) == pytest.approx(tree, abs=COST_TOLERANCE)
-    for chat in chats:  # each call under its own run's agent span
-        assert chat.parent_id == agents[chat.attr("orchestra.run.id")].span_id
+    segments = {s.attr("orchestra.run.id"): s for s in segment_spans(spans)}
+    for chat in chats:  # each call under its own run's segment span
+        assert chat.parent_id == segments[chat.attr("orchestra.run.id")].span_id
     for span in spans:
         assert span.attr("orchestra.cost_usd") is None
         if span.attr("gen_ai.operation.name") != "chat":
@@ -330,7 +361,10 @@ def test_approval_and_resume_in_other_processes_continue_the_trace(
     )
     assert first.name == second.name == "invoke_agent assistant"
     assert first.attr("orchestra.run.id") == second.attr("orchestra.run.id") == run_id
-    assert first.parent_id is None and second.parent_id == first.span_id
+    root = check_one_root_no_orphan(spans)
+    segments = sorted(segment_spans(spans), key=lambda s: bool(s.attr("orchestra.resumed")))
+    assert [s.span_id for s in segments] == [first.parent_id, second.parent_id]
+    assert root == segments[0] and segments[1].parent_id == root.span_id
     assert (first.attr("orchestra.resumed"), second.attr("orchestra.resumed")) == (False, True)
     assert first.attr("orchestra.status") == "interrupted"
     assert second.attr("orchestra.status") == "completed"
@@ -351,7 +385,7 @@ def test_approval_and_resume_in_other_processes_continue_the_trace(
         done["cost_usd"], abs=COST_TOLERANCE
     )
     delete = [s for s in spans if s.name == "execute_tool delete_file"]
-    assert [s.parent_id for s in delete] == [second.span_id]  # ran after the approval
+    assert [s.parent_id for s in delete] == [segments[1].span_id]  # ran after the approval
 
 
 @pytest.mark.otlp
@@ -415,6 +449,78 @@ def test_a_child_stopped_by_its_budget_shows_as_an_error_in_jaeger(
         if run_id != stopped["run_id"]:
             assert span.status == "UNSET" and span.attr("error.type") is None
     check_costs(spans, agents, report)
+
+
+def killed_slow_tree(store: Path, box: Path, env: dict[str, str], jaeger: str, service: str) -> str:
+    """``orchestra demo slow_tree --otlp`` SIGKILLed while its children scan (3 s each),
+    once Jaeger holds the chat spans of all 4 runs; returns the root run id."""
+    from orchestra._sqlite import SQLiteStore  # this test's only use of orchestra itself
+
+    command = ["demo", "slow_tree", "--otlp", "--store", str(store), "--dir", str(box), "--json"]
+    process = subprocess.Popen(
+        [*ORCHESTRA, *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+
+        def chats_of_every_run() -> dict[str, list[Span]] | None:
+            traces = jaeger_traces(jaeger, service, 1)
+            spans = [s for t in traces.values() for s in t]
+            runs = {s.attr("orchestra.run.id") for s in operation(spans, "chat")}
+            return traces if len(runs) == 4 else None
+
+        poll(lambda: store.exists() or None, "the store")
+        poll(chats_of_every_run, "the first chat span of every run of the tree", timeout=10.0)
+        process.send_signal(signal.SIGKILL)
+        process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate(timeout=30)
+    assert process.returncode == -signal.SIGKILL  # killed mid-run, not finished
+    [root] = SQLiteStore(store).list_runs(limit=1)
+    return root.run_id
+
+
+@pytest.mark.otlp
+def test_a_tree_killed_mid_run_then_resumed_is_one_trace_without_orphans(
+    jaeger_url: str, unique_name: str, tmp_path: Path
+) -> None:
+    """``kill -9`` loses the spans in flight (agent spans, the running tools); every span
+    exported before or after the kill has its parent in the trace, and the trace one root."""
+    env = otel_env(
+        OTEL_SERVICE_NAME=unique_name,
+        OTEL_EXPORTER_OTLP_ENDPOINT=os.environ.get("ORCHESTRA_OTLP_HTTP", "http://127.0.0.1:4318"),
+    )
+    store = tmp_path / "store" / "runs.db"
+    root_id = killed_slow_tree(store, tmp_path / "box", env, jaeger_url, unique_name)
+    done = cli("resume", root_id, "--otlp", "--store", str(store), env=env)
+    assert done["status"] == "completed" and done["run_id"] == root_id
+
+    def all_agents_ended() -> dict[str, list[Span]] | None:
+        traces = jaeger_traces(jaeger_url, unique_name, 1)
+        spans = [s for t in traces.values() for s in t]
+        ended = [s for s in operation(spans, "invoke_agent") if s.attr("orchestra.status")]
+        return traces if len(ended) == 4 else None
+
+    traces = poll(all_agents_ended, "the resumed tree's 4 agent spans")
+    assert list(traces) == [done["trace_id"]]
+    spans = traces[done["trace_id"]]
+    root = check_one_root_no_orphan(spans)
+    segments = segment_spans(spans)
+    killed = [s for s in segments if not s.attr("orchestra.resumed")]
+    resumed = [s for s in segments if s.attr("orchestra.resumed")]
+    assert len(killed) == len(resumed) == 4
+    [first] = [s for s in killed if s.attr("orchestra.run.id") == root_id]
+    [again] = [s for s in resumed if s.attr("orchestra.run.id") == root_id]
+    assert root == first and again.parent_id == first.span_id
+    assert {s.parent_id for s in resumed if s != again} == {again.span_id}  # under the resume
+    agents = operation(spans, "invoke_agent")  # the killed segment's never ended: lost
+    assert len(agents) == 4 and all(a.attr("orchestra.resumed") for a in agents)
+    assert {a.attr("orchestra.status") for a in agents} == {"completed"}
+    chats = operation(spans, "chat")
+    assert len(chats) == sum(int(r["turns"]) for r in walk(done))  # none lost: none in flight
+    by_id = {s.span_id: s for s in spans}
+    assert {by_id[c.parent_id].name.split()[0] for c in chats} == {"orchestra.segment"}
 
 
 # -- Phoenix --------------------------------------------------------------------------------

@@ -104,11 +104,11 @@ async def test_the_backend_receives_the_spans_the_tree_made(
         result = await runner.run(scenario_agent("research"), "go")
     assert export.force_flush(timeout_s=10)  # True only once the receiver answered
     sent = receiver.spans()
-    assert len(sent) == len(memory.get_finished_spans()) == 24
+    assert len(sent) == len(memory.get_finished_spans()) == 28  # 4 of them segment spans
     assert len({s.trace_id for s in sent}) == 1
     by_id = {s.span_id: s for s in sent}
     root = next(s for s in sent if not s.parent_span_id)
-    assert root.name == "invoke_agent assistant"
+    assert root.name == "orchestra.segment assistant"
     assert all(s.parent_span_id in by_id for s in sent if s is not root)  # one connected tree
     assert receiver.services() == {"orchestra-test-export"}
     same = sorted((s.name, sorted(attributes(s))) for s in sent)
