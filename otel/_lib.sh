@@ -7,7 +7,8 @@
 log() { printf '[%s] %s\n' "$(basename "$0" .sh)" "$*" >&2; }
 
 # If our server already runs: wait until it answers, report and exit.
-# A pid file left by a process that is gone is removed.
+# A pid file left by a process that is gone is removed; one naming a live
+# process that is not ours is left alone (exit 1): it may belong to someone else.
 adopt_running() {
     [ -f "$PIDFILE" ] || return 0
     local pid
@@ -22,7 +23,13 @@ adopt_running() {
         tail -n 40 "$LOG" >&2 || true
         exit 1
     fi
-    log "removing stale pid file ($pid)"
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        log "ERROR: pid $pid (from $PIDFILE) is alive but is not a $NAME of ours;" \
+            "leaving it and its pid file. Stop it, or give this $NAME a state directory" \
+            "of its own (ORCHESTRA_$(echo "$NAME" | tr '[:lower:]' '[:upper:]')_STATE)."
+        exit 1
+    fi
+    log "removing stale pid file (${pid:-empty}: no such process)"
     rm -f "$PIDFILE"
 }
 
@@ -49,7 +56,8 @@ await_started() {
 }
 
 # Stop the server in the pid file (SIGTERM, then SIGKILL after SECONDS), if it
-# is ours; a pid file naming any other process is only removed.
+# is ours. A pid file naming a process that is gone is removed; one naming a
+# live process that is not ours is left alone with that process (return 1).
 stop_running() {
     local seconds="$1" pid
     if [ ! -f "$PIDFILE" ]; then

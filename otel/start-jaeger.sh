@@ -4,6 +4,7 @@
 # Idempotent: if our Jaeger is already running and healthy, just prints the URL.
 #
 # Env: ORCHESTRA_CACHE (default ~/.cache/orchestra), JAEGER_VERSION,
+#      ORCHESTRA_JAEGER_STATE (default $ORCHESTRA_CACHE: pid file and log),
 #      JAEGER_CONFIG (default otel/jaeger-config.yaml), JAEGER_START_TIMEOUT (60),
 #      and the port variables documented in jaeger-config.yaml.
 set -euo pipefail
@@ -27,7 +28,7 @@ report() {
     echo "$QUERY_URL"
 }
 
-mkdir -p "$CACHE"
+mkdir -p "$CACHE" "$STATE"
 
 adopt_running
 

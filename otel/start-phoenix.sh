@@ -2,9 +2,10 @@
 # Start a local Arize Phoenix server bound to 127.0.0.1, in the background.
 # Phoenix lives in its own venv outside the repo ($CACHE/phoenix-venv; it pins
 # heavy dependencies, keep it away from Orchestra's env); data (SQLite) in
-# $CACHE/phoenix. Idempotent: if our Phoenix is already up, just prints URLs.
+# $STATE/phoenix. Idempotent: if our Phoenix is already up, just prints URLs.
 #
 # Env: ORCHESTRA_CACHE (default ~/.cache/orchestra)
+#      ORCHESTRA_PHOENIX_STATE (default $ORCHESTRA_CACHE: pid file, log and data)
 #      PHOENIX_PORT (6006: UI, REST API /v1/..., OTLP/HTTP at /v1/traces)
 #      PHOENIX_GRPC_PORT (4319: OTLP/gRPC; Jaeger already uses 4317)
 #      PHOENIX_PIP_SPEC (default arize-phoenix==20.26.1, the version verified here)
@@ -19,7 +20,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$HERE/_phoenix.sh"
 
 VENV="$CACHE/phoenix-venv"
-WORKDIR="$CACHE/phoenix"
+WORKDIR="$STATE/phoenix"
 PIP_SPEC="${PHOENIX_PIP_SPEC:-arize-phoenix==20.26.1}"
 PY="${PHOENIX_PYTHON:-python3}"
 TIMEOUT="${PHOENIX_START_TIMEOUT:-120}"
@@ -38,7 +39,7 @@ report() {
     echo "Spans:     $BASE_URL/v1/projects/default/spans"
 }
 
-mkdir -p "$CACHE" "$WORKDIR"
+mkdir -p "$CACHE" "$STATE" "$WORKDIR"
 
 adopt_running
 

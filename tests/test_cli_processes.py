@@ -78,31 +78,62 @@ def _running_tree(store: SQLiteStore, in_tool: int) -> str | None:
     return roots[0].run_id if len(started) >= in_tool else None
 
 
-def _slow_tree_running(store_path: Path) -> tuple[subprocess.Popen[str], SQLiteStore, str]:
-    """``orchestra demo slow_tree`` in its own process, once its whole tree is running."""
+ENDLESS = [
+    sys.executable,
+    "-c",
+    "import orchestra.testing._scenarios as s\n"
+    "call = s._call\n"
+    "s._call = lambda name, **a: call(\n"
+    "    name, **({**a, 'seconds': 86400.0} if name == 'scan_archive' else a)\n"
+    ")\n"
+    "from orchestra._cli import run; run()",
+]
+"""The CLI with every scripted ``scan_archive`` call asking for a day-long scan.
+
+A tree run by it cannot finish before it is stopped, however loaded the
+machine: a test that stops it never races the tree's own end (with the demo's
+3-second scans, a slow start of the cancelling process let the tree complete
+first). The patch lives only in that process, on the scripted model's script.
+"""
+
+
+def reap(process: subprocess.Popen[str]) -> None:
+    """Kill ``process`` if it still runs, wait for it and close its pipes (no ResourceWarning)."""
+    if process.poll() is None:
+        process.kill()
+    process.communicate(timeout=30)  # waits; closes stdout and stderr
+
+
+def _slow_tree_running(
+    store_path: Path, *, endless: bool = False
+) -> tuple[subprocess.Popen[str], SQLiteStore, str]:
+    """``orchestra demo slow_tree`` in its own process, once its whole tree is running.
+
+    ``endless``: its scans never end on their own (:data:`ENDLESS`).
+    """
     runner = subprocess.Popen(
-        [*ORCHESTRA, "demo", "slow_tree", "--json"],
+        [*(ENDLESS if endless else ORCHESTRA), "demo", "slow_tree", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    store = SQLiteStore(store_path)
     try:
+        store = SQLiteStore(store_path)
         return runner, store, wait_for(lambda: _running_tree(store, 4))
     except BaseException:
-        runner.kill()
+        reap(runner)
         raise
 
 
 def test_orchestra_cancel_stops_a_tree_in_another_process(private_store: Path) -> None:
-    runner, store, root = _slow_tree_running(private_store)
+    runner, store, root = _slow_tree_running(private_store, endless=True)
     try:
         told = cli("cancel", root, "--reason", "from another shell")
         assert told["status"] == "interrupted"
         assert told["stopped_after_ms"] < 1000
         out, _ = runner.communicate(timeout=30)
     finally:
-        runner.kill()
+        reap(runner)
     assert runner.returncode == 6
     assert json.loads(out)["reason"] == "from another shell"
     tree = store.tree(root)
@@ -111,12 +142,12 @@ def test_orchestra_cancel_stops_a_tree_in_another_process(private_store: Path) -
 
 
 def test_first_ctrl_c_stops_the_tree_gracefully(private_store: Path) -> None:
-    runner, store, root = _slow_tree_running(private_store)
+    runner, store, root = _slow_tree_running(private_store, endless=True)
     try:
         runner.send_signal(signal.SIGINT)
         out, err = runner.communicate(timeout=30)
     finally:
-        runner.kill()
+        reap(runner)
     assert runner.returncode == 6
     report = json.loads(out)
     assert report["status"] == "interrupted" and report["reason"] == "interrupted by SIGINT"
@@ -140,8 +171,10 @@ def test_store_location_comes_from_the_environment(private_store: Path) -> None:
 def _killed_slow_tree(private_store: Path) -> tuple[SQLiteStore, str]:
     """``demo slow_tree --children 3`` killed with SIGKILL while its children run."""
     runner, store, root = _slow_tree_running(private_store)
-    runner.send_signal(signal.SIGKILL)
-    runner.communicate(timeout=30)
+    try:
+        runner.send_signal(signal.SIGKILL)
+    finally:
+        reap(runner)
     assert runner.returncode == -signal.SIGKILL
     assert all(s.status is Status.RUNNING for s in store.tree(root))
     return store, root

@@ -495,11 +495,17 @@ def test_processes_racing_for_a_lease_one_wins(
         )
         for ready in readies
     ]
-    deadline = time.monotonic() + 120
-    while not all(r.exists() for r in readies) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    go.touch()
-    outputs = [child.communicate(timeout=120) for child in children]
+    try:
+        deadline = time.monotonic() + 120
+        while not all(r.exists() for r in readies) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        go.touch()
+        outputs = [child.communicate(timeout=120) for child in children]
+    finally:
+        for child in children:  # each waited for, its pipes closed, whatever happened
+            if child.poll() is None:
+                child.kill()
+            child.communicate(timeout=30)
     results = [out.split() for out, _ in outputs]
     assert all(child.returncode == 0 for child in children), [err for _, err in outputs]
     winners = [r for r in results if r[0] == "won"]
