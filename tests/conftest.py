@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,3 +74,22 @@ def run_scenario(runner: Runner, scenario_agent: Callable[..., Agent]) -> Callab
         return await runner.run(scenario_agent(name, **options), demo_task(name))
 
     return go
+
+
+@pytest.fixture(scope="module")
+def server_url() -> Iterator[str]:
+    """The base URL of ``orchestra serve-scripted`` on a free port, in its own process."""
+    command = [sys.executable, "-m", "orchestra", "serve-scripted", "--port", "0"]
+    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    assert server.stderr is not None
+    line = server.stderr.readline()
+    drain = threading.Thread(target=server.stderr.read, daemon=True)  # never let it block
+    drain.start()
+    try:
+        assert "http://" in line, line
+        yield line[line.index("http://") :].strip()
+    finally:
+        server.kill()
+        server.wait()
+        drain.join()
+        server.stderr.close()

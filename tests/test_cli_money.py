@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,24 +13,6 @@ import pytest
 from orchestra.testing import make_sandbox
 
 TASK = "Look into the logs and tell me what went wrong."
-
-
-@pytest.fixture(scope="module")
-def server_url() -> Iterator[str]:
-    command = [sys.executable, "-m", "orchestra", "serve-scripted", "--port", "0"]
-    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-    assert server.stderr is not None
-    line = server.stderr.readline()
-    drain = threading.Thread(target=server.stderr.read, daemon=True)  # never let it block
-    drain.start()
-    try:
-        assert "http://" in line, line
-        yield line[line.index("http://") :].strip()
-    finally:
-        server.kill()
-        server.wait()
-        drain.join()
-        server.stderr.close()
 
 
 def orchestra(*args: str) -> tuple[int, dict[str, Any], str]:

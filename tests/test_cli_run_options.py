@@ -4,10 +4,7 @@ sandbox, and ``orchestra resume`` rebuilds the same agent from the saved recipe.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,25 +21,6 @@ from orchestra._state import Limits, RunState
 from orchestra.testing import make_sandbox
 
 ORCHESTRA = [sys.executable, "-m", "orchestra"]
-
-
-@pytest.fixture(scope="module")
-def server_url() -> Iterator[str]:
-    server = subprocess.Popen(
-        [*ORCHESTRA, "serve-scripted", "--port", "0"], stderr=subprocess.PIPE, text=True
-    )
-    assert server.stderr is not None
-    line = server.stderr.readline()
-    drain = threading.Thread(target=server.stderr.read, daemon=True)  # never let it block
-    drain.start()
-    try:
-        assert "http://" in line, line
-        yield line[line.index("http://") :].strip()
-    finally:
-        server.kill()
-        server.wait()
-        drain.join()
-        server.stderr.close()
 
 
 def run(url: str, sandbox: Path, model: str, *extra: str, code: int = 0) -> tuple[dict, str]:
