@@ -19,7 +19,7 @@ from ._dispatch import dispatch, flush_results, pending_calls, record_result
 from ._exceptions import ProviderError
 from ._margin import Margin
 from ._money import to_usd
-from ._provider import ChatReply, ChatRequest
+from ._provider import ChatReply, ChatRequest, fresh_id
 from ._retry import complete_with_retries
 from ._run import Exit, LiveRun
 from ._state import Interruption, InterruptionKind, RunState, Status, Usage
@@ -194,18 +194,11 @@ def unique_call_ids(state: RunState, message: dict[str, Any]) -> dict[str, Any]:
     for index, call in enumerate(calls):
         call_id = call.get("id")
         if not call_id or call_id in used:
-            call_id = _fresh_id(f"call_t{state.turns}_{index}", used)
+            call_id = fresh_id(f"call_t{state.turns}_{index}", used)
             call = {**call, "id": call_id}
         used.add(call_id)
         renamed.append(call)
     return {**message, "tool_calls": renamed}
-
-
-def _fresh_id(base: str, used: set[Any]) -> str:
-    candidate, n = base, 1
-    while candidate in used:
-        candidate, n = f"{base}_{n}", n + 1
-    return candidate
 
 
 def _turn_fields(run: LiveRun, reply: ChatReply, usage: Usage) -> dict[str, Any]:

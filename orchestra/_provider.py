@@ -25,7 +25,7 @@ from __future__ import annotations
 import email.utils
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
@@ -39,7 +39,14 @@ from ._redact import excerpt, redact, register
 if TYPE_CHECKING:  # imported by the client that uses it: `orchestra show` needs none
     import httpx
 
-__all__ = ["ChatReply", "ChatRequest", "OpenAIProvider", "Provider", "provider_name_for"]
+__all__ = [
+    "ChatReply",
+    "ChatRequest",
+    "OpenAIProvider",
+    "Provider",
+    "fresh_id",
+    "provider_name_for",
+]
 
 MAX_REPLY_TOKENS = 10_000_000
 """The most prompt or completion tokens one reply may report."""
@@ -376,13 +383,13 @@ def _unique_ids(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     seen: set[str] = set()
     for i, call in enumerate(calls):
         if not call["id"] or call["id"] in seen:
-            call["id"] = _fresh_id(f"{call['id'] or 'call'}_{i}", seen)
+            call["id"] = fresh_id(f"{call['id'] or 'call'}_{i}", seen)
         seen.add(call["id"])
     return calls
 
 
-def _fresh_id(wanted: str, seen: set[str]) -> str:
-    """``wanted``, or ``wanted`` with a suffix if a call already has that id."""
+def fresh_id(wanted: str, seen: Collection[Any]) -> str:
+    """``wanted``, or ``wanted`` with a ``_N`` suffix if ``seen`` already has it."""
     candidate, n = wanted, 1
     while candidate in seen:
         candidate, n = f"{wanted}_{n}", n + 1

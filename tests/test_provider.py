@@ -143,18 +143,14 @@ TOOL_SPECS = [
 READ = '{"name": "read_file", "arguments": {"path": "errors.log"}}'
 
 
-async def answer_with(content: str, *, recover: bool = True, calls: Any = None) -> Any:
-    """The reply an OpenAIProvider makes of a body whose message has ``content``."""
+async def reply_of(
+    message: dict[str, Any], finish: str, usage: dict[str, int], recover: bool
+) -> Any:
+    """The reply an OpenAIProvider makes of a 200 body holding ``message``."""
 
     def handler(request: httpx.Request) -> httpx.Response:
-        message = {"role": "assistant", "content": content, "tool_calls": calls}
-        return httpx.Response(
-            200,
-            json={
-                "choices": [{"message": message, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 20},
-            },
-        )
+        body = {"choices": [{"message": message, "finish_reason": finish}], "usage": usage}
+        return httpx.Response(200, json=body)
 
     provider = OpenAIProvider(
         base_url="http://x.test/v1",
@@ -165,6 +161,12 @@ async def answer_with(content: str, *, recover: bool = True, calls: Any = None) 
         return await provider.complete(ChatRequest(model="m", messages=[], tools=TOOL_SPECS))
     finally:
         await provider.aclose()
+
+
+async def answer_with(content: str, *, recover: bool = True, calls: Any = None) -> Any:
+    """The reply an OpenAIProvider makes of a body whose message has ``content``."""
+    message = {"role": "assistant", "content": content, "tool_calls": calls}
+    return await reply_of(message, "stop", {"prompt_tokens": 10, "completion_tokens": 20}, recover)
 
 
 def called(reply: Any) -> list[tuple[str, Any]]:
@@ -330,26 +332,9 @@ def test_past_calls_are_sent_with_json_arguments_and_the_transcript_is_kept(writ
 
 async def cut_reply(content: str, *, recover: bool = False) -> Any:
     """The reply made of a body cut at max_tokens, as llama.cpp sends an unfinished call."""
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        message = {"role": "assistant", "content": content}
-        return httpx.Response(
-            200,
-            json={
-                "choices": [{"message": message, "finish_reason": "length"}],
-                "usage": {"prompt_tokens": 217, "completion_tokens": 8},
-            },
-        )
-
-    provider = OpenAIProvider(
-        base_url="http://x.test/v1",
-        transport=httpx.MockTransport(handler),
-        recover_tool_calls=recover,
-    )
-    try:
-        return await provider.complete(ChatRequest(model="m", messages=[], tools=TOOL_SPECS))
-    finally:
-        await provider.aclose()
+    message = {"role": "assistant", "content": content}
+    usage = {"prompt_tokens": 217, "completion_tokens": 8}
+    return await reply_of(message, "length", usage, recover)
 
 
 @pytest.mark.parametrize("recover", [False, True])
