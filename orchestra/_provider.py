@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 import attrs
+import orjson
 
 from ._exceptions import ConfigError, ProviderHTTPError, ProviderReplyError
 from ._recover import cut_call, declared_names, recover_tool_calls
@@ -47,6 +48,9 @@ __all__ = [
     "fresh_id",
     "provider_name_for",
 ]
+
+DEFAULT_MAX_CONNECTIONS = 64
+"""Requests one :class:`OpenAIProvider` has in flight at once (the others queue)."""
 
 MAX_REPLY_TOKENS = 10_000_000
 """The most prompt or completion tokens one reply may report."""
@@ -189,6 +193,13 @@ class OpenAIProvider:
     Always, a reply cut at ``max_tokens`` while writing such a call (which
     llama.cpp returns as content) is read as that one cut call, so the loop
     answers it as cut rather than take the fragment for the answer.
+
+    Concurrency: at most ``max_connections`` requests are in flight at once;
+    the others wait their turn, first come first served (see
+    :mod:`orchestra._http`: admission in front of small connection pools, so
+    10,000 runs sharing one provider queue at no cost per waiter). Time spent
+    waiting for a turn does not count against ``timeout`` (the run's deadline
+    still bounds it); a cancelled call just leaves the queue.
     """
 
     def __init__(
@@ -200,6 +211,7 @@ class OpenAIProvider:
         transport: httpx.AsyncBaseTransport | None = None,
         recover_tool_calls: bool = False,
         provider_name: str | None = None,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         url = base_url or _env_base_url()
         if not url:
@@ -211,10 +223,18 @@ class OpenAIProvider:
         self._key = key
         self._recover = recover_tool_calls
         self.base_url = url.rstrip("/")
-        import httpx
+        if not (isinstance(max_connections, int) and max_connections >= 1):
+            raise ConfigError(
+                f"max_connections must be a whole number >= 1, got {max_connections!r}"
+            )
+        from ._http import Endpoint
 
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
+        self._endpoint = Endpoint(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=timeout,
+            max_connections=max_connections,
+            transport=transport,
         )
 
     async def complete(self, request: ChatRequest) -> ChatReply:
@@ -228,7 +248,8 @@ class OpenAIProvider:
         import httpx
 
         try:
-            response = await self._client.post("/chat/completions", json=request.payload())
+            body = orjson.dumps(request.payload())
+            response = await self._endpoint.post("/chat/completions", body)
         except httpx.HTTPError as exc:
             raise ProviderHTTPError(
                 self._scrub(f"request to {self.base_url} failed: {exc!r}")
@@ -266,8 +287,8 @@ class OpenAIProvider:
         return attrs.evolve(reply, message=message, finish_reason="tool_calls")
 
     async def aclose(self) -> None:
-        """Close the connection pool."""
-        await self._client.aclose()
+        """Close the connection pools."""
+        await self._endpoint.aclose()
 
 
 MAX_RETRY_AFTER = 24 * 3600.0
@@ -312,7 +333,7 @@ def parse_reply(response: httpx.Response) -> ChatReply:
             (a reply with no ``usage`` at all is accepted, ``usage_reported=False``).
     """
     try:
-        body = response.json()
+        body = _decoded(response.content)
         choice = body["choices"][0]
         usage = body.get("usage")
         reply = ChatReply(
@@ -331,6 +352,16 @@ def parse_reply(response: httpx.Response) -> ChatReply:
             f"not a chat completion ({exc!r}): {excerpt(response.text, 300)}"
         ) from exc
     return reply
+
+
+def _decoded(content: bytes) -> Any:
+    """JSON ``content``; :class:`RecursionError` when nested deeper than orjson reads."""
+    try:
+        return orjson.loads(content)
+    except orjson.JSONDecodeError as exc:
+        if "depth limit" in str(exc):
+            raise RecursionError(str(exc)) from None
+        raise
 
 
 def _token_count(usage: Mapping[str, Any] | None, field: str) -> int:

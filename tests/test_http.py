@@ -1,0 +1,97 @@
+"""The provider's way to the endpoint: admission control, sharded pools, proxies."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+import trio
+import trio.testing
+
+from orchestra import ConfigError, OpenAIProvider
+from orchestra._http import SHARD_CONNECTIONS, Endpoint, proxy_for
+from orchestra._provider import ChatRequest
+
+PLAN = ChatRequest(model="plan", messages=[{"role": "user", "content": "Why did it fail?"}])
+
+
+class Counting(httpx.AsyncBaseTransport):
+    """Answers every request after ``delay`` s, counting how many are in flight."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.now = 0
+        self.most = 0
+        self.served = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.now += 1
+        self.most = max(self.most, self.now)
+        try:
+            await trio.sleep(self.delay)
+        finally:
+            self.now -= 1
+        self.served += 1
+        return httpx.Response(200, json={"choices": [{"message": {"content": "ok"}}]})
+
+
+async def test_at_most_max_connections_requests_are_in_flight(autojump_clock):
+    transport = Counting(delay=1.0)
+    provider = OpenAIProvider(base_url="http://x/v1", transport=transport, max_connections=3)
+    async with trio.open_nursery() as nursery:
+        for _ in range(10):
+            nursery.start_soon(provider.complete, PLAN)
+    assert (transport.most, transport.served) == (3, 10)
+    assert trio.current_time() == pytest.approx(4.0)  # ceil(10 / 3) waves of 1 s
+
+
+async def test_a_call_cancelled_while_queued_leaves_the_queue(autojump_clock):
+    transport = Counting(delay=1.0)
+    provider = OpenAIProvider(base_url="http://x/v1", transport=transport, max_connections=1)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(provider.complete, PLAN)
+        await trio.testing.wait_all_tasks_blocked()  # the first call holds the connection
+        with trio.move_on_after(0.5) as waited:
+            await provider.complete(PLAN)  # queued behind the first, then given up
+        assert waited.cancelled_caught
+        await provider.complete(PLAN)  # served right after the first
+    assert transport.served == 2
+    assert trio.current_time() == pytest.approx(2.0)
+
+
+async def test_connections_are_split_into_shards_as_concurrency_needs_them(server_url):
+    endpoint = Endpoint(
+        base_url=server_url, headers={}, timeout=10.0, max_connections=2 * SHARD_CONNECTIONS + 1
+    )
+    body = b'{"model": "plan", "messages": [{"role": "user", "content": "hi"}]}'
+    statuses: list[int] = []
+
+    async def post() -> None:
+        statuses.append((await endpoint.post("/chat/completions", body)).status_code)
+
+    await post()
+    assert endpoint.shards == 1
+    async with trio.open_nursery() as nursery:
+        for _ in range(100):
+            nursery.start_soon(post)
+    assert statuses == [200] * 101
+    assert endpoint.shards == 3
+    await endpoint.aclose()
+    assert endpoint.shards == 0
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "8"])
+def test_max_connections_must_be_a_positive_whole_number(bad):
+    with pytest.raises(ConfigError, match="max_connections"):
+        OpenAIProvider(base_url="http://x/v1", max_connections=bad)
+
+
+def test_proxies_come_from_the_environment(monkeypatch):
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    assert proxy_for("https://api.example.com/v1") is None
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
+    monkeypatch.setenv("NO_PROXY", "localhost,internal.example.com")
+    assert proxy_for("https://api.example.com/v1") == "http://proxy:3128"
+    assert proxy_for("https://internal.example.com/v1") is None
+    assert proxy_for("http://api.example.com/v1") is None  # no HTTP_PROXY
