@@ -9,6 +9,16 @@ read-then-write (a lease check, a cancel request) cannot race another process.
 Besides the :class:`~orchestra._store.Store` protocol, the store keeps cancel
 requests (so ``orchestra cancel`` in one process can stop a tree running in
 another) and leases (so only one process runs a tree at a time).
+
+Transcripts are appended, not rewritten (see :mod:`orchestra._transcripts`):
+a run's row holds its state without ``messages``, and each message is a row
+of ``messages``; a save writes the row and the messages added since the last
+save, so its cost does not grow with the run. Reads of a state and its
+messages happen in one read transaction (one snapshot).
+
+Store schema versions: 1 — a run's whole state, transcript included, in its
+row; 2 — transcripts in their own table (a version 1 file is migrated in
+place, in one transaction, when first opened).
 """
 
 from __future__ import annotations
@@ -29,18 +39,25 @@ from typing import Any, Self
 import orjson
 
 from ._exceptions import ConfigError, LeaseError, LeaseLost, RunNotFound, StateError, StoreError
-from ._serde import state_from_json, state_to_json
 from ._state import RunState
+from ._transcripts import SavedTranscripts, head_json, joined
 
 __all__ = ["BUSY_TIMEOUT_S", "STORE_SCHEMA_VERSION", "SQLiteStore", "default_store_path"]
 
-STORE_SCHEMA_VERSION = 1
+STORE_SCHEMA_VERSION = 2
 """Version of the tables' layout (not of the run states inside them)."""
 
 BUSY_TIMEOUT_S = 5.0
 """How long a statement waits for another connection's lock before failing."""
 
 _EVENT_KEYS = ("run_id", "root_id", "type", "at")
+
+_MESSAGES_TABLE = """CREATE TABLE messages (
+        run_id TEXT NOT NULL,
+        idx INTEGER NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (run_id, idx)
+    ) WITHOUT ROWID"""
 
 _TABLES = (
     """CREATE TABLE runs (
@@ -51,10 +68,12 @@ _TABLES = (
         status TEXT NOT NULL,
         created_at REAL NOT NULL,
         updated_at REAL NOT NULL,
-        state TEXT NOT NULL
+        state TEXT NOT NULL,
+        messages INTEGER NOT NULL DEFAULT 0
     )""",
     "CREATE INDEX runs_root_id ON runs (root_id)",
     "CREATE INDEX runs_updated_at ON runs (updated_at)",
+    _MESSAGES_TABLE,
     """CREATE TABLE events (
         seq INTEGER PRIMARY KEY AUTOINCREMENT,
         run_id TEXT NOT NULL,
@@ -80,13 +99,17 @@ _TABLES = (
 )
 
 _UPSERT_RUN = """
-    INSERT INTO runs (run_id, root_id, parent_id, agent, status, created_at, updated_at, state)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+    INSERT INTO runs
+        (run_id, root_id, parent_id, agent, status, created_at, updated_at, state, messages)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (run_id) DO UPDATE SET
         root_id = excluded.root_id, parent_id = excluded.parent_id, agent = excluded.agent,
         status = excluded.status, created_at = excluded.created_at,
-        updated_at = excluded.updated_at, state = excluded.state
+        updated_at = excluded.updated_at, state = excluded.state, messages = excluded.messages
 """
+
+_INSERT_MESSAGE = "INSERT INTO messages (run_id, idx, data) VALUES (?, ?, ?)"
+_DROP_MESSAGES_FROM = "DELETE FROM messages WHERE run_id = ? AND idx >= ?"
 
 _UPSERT_CANCEL = """
     INSERT INTO cancels (run_id, root_id, reason, requested_at) VALUES (?, ?, ?, ?)
@@ -136,6 +159,7 @@ class SQLiteStore:
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self._path = Path(path) if path is not None else default_store_path()
         self._lock = threading.Lock()
+        self._saved = SavedTranscripts()
         self._conn: sqlite3.Connection | None = _open(self._path)
         try:
             self._create_schema()
@@ -176,11 +200,57 @@ class SQLiteStore:
         transaction. A process that stalled past its lease and lost the tree to
         another one can therefore never save over the new holder's state.
 
+        Only the messages added since this store last saved the run are
+        written (the whole transcript if it does not extend that one).
+
         Raises:
             LeaseLost: ``owner`` was given and does not hold the lease.
+            StateError: the state or an event cannot be stored as JSON.
+        """
+        self.save_many([state], events, owner=owner)
+
+    def save_many(
+        self,
+        states: Sequence[RunState],
+        events: Sequence[dict[str, Any]] = (),
+        *,
+        owner: str | None = None,
+    ) -> None:
+        """Save several states (of one tree, with ``owner``) and ``events`` in one transaction.
+
+        All or none: e.g. every run of a tree stopped by one cancel.
+
+        Raises:
+            LeaseLost: ``owner`` was given and does not hold the lease on a state's tree.
+            StateError: a state or an event cannot be stored as JSON.
         """
         event_rows = [_event_row(event) for event in events]
-        row = (
+        writes = [self._rows(state) for state in states]
+        doing = f"save run {states[0].run_id!r}" if len(states) == 1 else f"save {len(states)} runs"
+        with self._write(doing) as conn:
+            if owner is not None:
+                for root_id in {state.root_id for state in states}:
+                    _check_fence(conn, root_id, owner)
+            for run_row, start, message_rows in writes:
+                conn.execute(_UPSERT_RUN, run_row)
+                conn.execute(_DROP_MESSAGES_FROM, (run_row[0], start))
+                conn.executemany(_INSERT_MESSAGE, message_rows)
+            if event_rows:
+                conn.executemany(_INSERT_EVENT, event_rows)
+        for state in states:
+            self._saved.written(state)
+
+    def _rows(self, state: RunState) -> tuple[tuple[Any, ...], int, list[tuple[str, int, str]]]:
+        """The run's row, where its unsaved messages start, and their rows."""
+        start, unsaved = self._saved.unsaved(state)
+        try:
+            head = head_json(state).decode()
+            message_rows = [
+                (state.run_id, start + i, orjson.dumps(m).decode()) for i, m in enumerate(unsaved)
+            ]
+        except (TypeError, orjson.JSONEncodeError) as exc:
+            raise StateError(f"run {state.run_id!r} cannot be stored as JSON: {exc}") from exc
+        run_row = (
             state.run_id,
             state.root_id,
             state.parent_id,
@@ -188,14 +258,10 @@ class SQLiteStore:
             state.status.value,
             state.created_at,
             state.updated_at,
-            state_to_json(state),
+            head,
+            len(state.messages),
         )
-        with self._write(f"save run {state.run_id!r}") as conn:
-            if owner is not None:
-                _check_fence(conn, state.root_id, owner)
-            conn.execute(_UPSERT_RUN, row)
-            if event_rows:
-                conn.executemany(_INSERT_EVENT, event_rows)
+        return run_row, start, message_rows
 
     def load(self, run_id: str) -> RunState:
         """The last saved state of ``run_id``.
@@ -204,10 +270,10 @@ class SQLiteStore:
             RunNotFound: no run with this id.
             SchemaVersionError: it was saved by an unknown run-state schema version.
         """
-        rows = self._read(f"load run {run_id!r}", "SELECT state FROM runs WHERE run_id = ?", run_id)
-        if not rows:
+        states = self._states(f"load run {run_id!r}", "run_id = ?", run_id)
+        if not states:
             raise RunNotFound(f"no run {run_id!r} in {self._path}")
-        return state_from_json(rows[0][0])
+        return states[0]
 
     def tree(self, root_id: str) -> list[RunState]:
         """Every run of the tree rooted at ``root_id``: the root, then by creation time.
@@ -215,27 +281,35 @@ class SQLiteStore:
         Raises:
             RunNotFound: no run belongs to this tree.
         """
-        rows = self._read(
+        states = self._states(
             f"load tree {root_id!r}",
-            "SELECT state FROM runs WHERE root_id = ?"
-            " ORDER BY run_id != root_id, created_at, run_id",
+            "root_id = ? ORDER BY run_id != root_id, created_at, run_id",
             root_id,
         )
-        if not rows:
+        if not states:
             raise RunNotFound(f"no run tree {root_id!r} in {self._path}")
-        return [state_from_json(text) for (text,) in rows]
+        return states
 
     def list_runs(self, *, limit: int = 50, roots_only: bool = True) -> list[RunState]:
         """Up to ``limit`` runs, most recently updated first (only roots by default)."""
         if limit < 0:
             raise ConfigError(f"limit must be >= 0, got {limit}")
-        where = "WHERE run_id = root_id" if roots_only else ""
-        rows = self._read(
-            "list runs",
-            f"SELECT state FROM runs {where} ORDER BY updated_at DESC, run_id LIMIT ?",
-            limit,
-        )
-        return [state_from_json(text) for (text,) in rows]
+        where = "run_id = root_id" if roots_only else "1"
+        return self._states("list runs", f"{where} ORDER BY updated_at DESC, run_id LIMIT ?", limit)
+
+    def _states(self, doing: str, where: str, *params: object) -> list[RunState]:
+        """The states of the runs ``where`` selects, in its order, from one snapshot."""
+        with self._lock, self._sqlite_errors(doing):
+            conn = self._connection()
+            conn.execute("BEGIN")
+            try:
+                heads = conn.execute(
+                    f"SELECT run_id, state, messages FROM runs WHERE {where}", params
+                ).fetchall()
+                transcripts = _transcripts(conn, heads)
+            finally:
+                conn.execute("COMMIT")
+        return [joined(head, transcripts.get(run_id, [])) for run_id, head, _ in heads]
 
     def resolve(self, prefix: str) -> str:
         """The run id that ``prefix`` starts (an exact id always wins).
@@ -398,6 +472,8 @@ class SQLiteStore:
             found = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             if found is None:
                 _create_tables(conn)
+            elif found[0] == 1:
+                _migrate_from_1(conn)
             elif found[0] != STORE_SCHEMA_VERSION:
                 raise StateError(
                     f"{self._path} has store schema version {found[0]!r}; this Orchestra "
@@ -471,6 +547,55 @@ def _create_tables(conn: sqlite3.Connection) -> None:
     for statement in _TABLES:
         conn.execute(statement)
     conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (STORE_SCHEMA_VERSION,))
+
+
+def _migrate_from_1(conn: sqlite3.Connection) -> None:
+    """Store schema 1 -> 2: move every run's transcript out of its row."""
+    conn.execute("ALTER TABLE runs ADD COLUMN messages INTEGER NOT NULL DEFAULT 0")
+    conn.execute(_MESSAGES_TABLE)
+    for run_id, text in conn.execute("SELECT run_id, state FROM runs").fetchall():
+        data = orjson.loads(text)
+        messages = data.pop("messages", None) or []
+        conn.execute(
+            "UPDATE runs SET state = ?, messages = ? WHERE run_id = ?",
+            (orjson.dumps(data).decode(), len(messages), run_id),
+        )
+        conn.executemany(
+            _INSERT_MESSAGE,
+            [(run_id, i, orjson.dumps(m).decode()) for i, m in enumerate(messages)],
+        )
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (STORE_SCHEMA_VERSION,))
+
+
+def _transcripts(
+    conn: sqlite3.Connection, heads: Sequence[tuple[str, str, int]]
+) -> dict[str, list[dict[str, Any]]]:
+    """The saved messages of each run in ``heads`` (up to its recorded count)."""
+    counts = {run_id: count for run_id, _, count in heads if count}
+    found: dict[str, list[dict[str, Any]]] = {run_id: [] for run_id in counts}
+    ids = list(counts)
+    for at in range(0, len(ids), 500):  # stay under SQLite's limit on parameters
+        batch = ids[at : at + 500]
+        marks = ",".join("?" * len(batch))
+        rows = conn.execute(
+            f"SELECT run_id, idx, data FROM messages WHERE run_id IN ({marks})"
+            " ORDER BY run_id, idx",
+            batch,
+        )
+        for run_id, idx, data in rows:
+            if idx < counts[run_id]:
+                found[run_id].append(_message(run_id, idx, data))
+    return found
+
+
+def _message(run_id: str, idx: int, data: str) -> dict[str, Any]:
+    try:
+        message = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise StateError(f"message {idx} of run {run_id!r} is not valid JSON: {exc}") from exc
+    if not isinstance(message, dict):
+        raise StateError(f"message {idx} of run {run_id!r} is not a JSON object")
+    return message
 
 
 def _now(now: float | None) -> float:

@@ -2,7 +2,8 @@
 
 The interface is small on purpose: save a state, load one, list some, append
 and read events. ``save`` is synchronous and atomic: a run's state is replaced
-whole or not at all.
+whole or not at all. Stores append transcripts rather than rewrite them (see
+:mod:`orchestra._transcripts`), so a save costs what the step added.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+import orjson
+
 from ._exceptions import RunNotFound
-from ._serde import state_from_json, state_to_json
 from ._state import RunState
+from ._transcripts import SavedTranscripts, head_json, joined
 
 __all__ = ["MemoryStore", "Store"]
 
@@ -44,20 +47,57 @@ class MemoryStore:
     """A store in this process's memory (states are copied through JSON; no leases)."""
 
     def __init__(self) -> None:
-        self._states: dict[str, str] = {}
+        self._heads: dict[str, bytes] = {}
+        self._transcripts: dict[str, list[bytes]] = {}
+        self._saved = SavedTranscripts()
         self._events: list[dict[str, Any]] = []
 
     def save(
         self, state: RunState, events: Sequence[dict[str, Any]] = (), *, owner: str | None = None
     ) -> None:
-        self._states[state.run_id] = state_to_json(state)
+        self.save_many([state], events)
+
+    def save_many(
+        self,
+        states: Sequence[RunState],
+        events: Sequence[dict[str, Any]] = (),
+        *,
+        owner: str | None = None,
+    ) -> None:
+        """Save several states and ``events`` (all or none)."""
+        writes = [(state, *self._saved.unsaved(state)) for state in states]
+        encoded = [
+            (head_json(s), start, [orjson.dumps(m) for m in new]) for s, start, new in writes
+        ]
+        for (state, _, _), (head, start, messages) in zip(writes, encoded, strict=True):
+            transcript = self._transcripts.setdefault(state.run_id, [])
+            del transcript[start:]
+            transcript.extend(messages)
+            self._heads[state.run_id] = head
+            self._saved.written(state)
         self._events.extend(events)
 
     def load(self, run_id: str) -> RunState:
         try:
-            return state_from_json(self._states[run_id])
+            head = self._heads[run_id]
         except KeyError:
             raise RunNotFound(f"no run {run_id!r} in this store") from None
+        return joined(head, [orjson.loads(m) for m in self._transcripts[run_id]])
+
+    def tree(self, root_id: str) -> list[RunState]:
+        """Every run of the tree rooted at ``root_id``: the root, then by creation time.
+
+        Raises:
+            RunNotFound: no run belongs to this tree.
+        """
+        states = [self.load(run_id) for run_id in self._heads]
+        found = sorted(
+            (s for s in states if s.root_id == root_id),
+            key=lambda s: (s.run_id != s.root_id, s.created_at, s.run_id),
+        )
+        if not found:
+            raise RunNotFound(f"no run tree {root_id!r} in this store")
+        return found
 
     def events(self, run_id: str | None = None, root_id: str | None = None) -> list[dict[str, Any]]:
         return [

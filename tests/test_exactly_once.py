@@ -43,18 +43,13 @@ class DyingStore(MemoryStore):
 
     dead = False
 
-    def save(self, state: Any, events: Any = (), **fence: Any) -> None:
+    def save_many(self, states: Any, events: Any = (), **fence: Any) -> None:
         if not self.dead:
-            super().save(state, events, **fence)
+            super().save_many(states, events, **fence)
 
     def die(self) -> None:
         self.dead = True
         raise Crash
-
-    def tree(self, root_id: str) -> list[Any]:
-        return [
-            self.load(run_id) for run_id in self._states if self.load(run_id).root_id == root_id
-        ]
 
 
 def _reply(request: ChatRequest, message: dict[str, Any]) -> ChatReply:

@@ -188,10 +188,11 @@ def test_load_unknown_run(store: SQLiteStore) -> None:
 def test_unknown_state_schema_version_refused_on_load(store: SQLiteStore, db: Path) -> None:
     data = state_to_dict(make_state())
     data["schema_version"] = 99
+    del data["messages"]
     with raw(db) as conn:
         conn.execute(
-            "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            ("r1", "r1", None, "a", "running", 1.0, 1.0, json.dumps(data)),
+            "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            ("r1", "r1", None, "a", "running", 1.0, 1.0, json.dumps(data), 0),
         )
     with pytest.raises(SchemaVersionError, match="schema version 99"):
         store.load("r1")
@@ -266,10 +267,10 @@ def test_save_failing_to_serialise_keeps_previous_state(
 ) -> None:
     store.save(make_state(content="old"))
 
-    def boom(state: RunState) -> str:
+    def boom(state: RunState) -> bytes:
         raise StateError("cannot serialise")
 
-    monkeypatch.setattr(_sqlite, "state_to_json", boom)
+    monkeypatch.setattr(_sqlite, "head_json", boom)
     with pytest.raises(StateError, match="cannot serialise"):
         store.save(make_state(content="new"))
     assert store.load("r1").messages[0]["content"] == "old"
@@ -524,3 +525,112 @@ def test_save_with_events_stores_both_in_one_go(store: SQLiteStore) -> None:
     with pytest.raises(StateError):
         store.save(state, [{"run_id": "r1"}])  # a bad event: nothing is written
     assert store.events(run_id="r1") == [event]
+
+
+# -- transcripts: appended, not rewritten -------------------------------------
+
+
+def turns(state: RunState, n: int) -> None:
+    for i in range(n):
+        state.messages.append({"role": "assistant", "content": f"turn {i}"})
+
+
+def rows_written(store: SQLiteStore, state: RunState) -> int:
+    """How many rows one save inserts or changes."""
+    assert store._conn is not None
+    before = store._conn.total_changes
+    store.save(state)
+    return store._conn.total_changes - before
+
+
+def test_a_save_writes_only_the_messages_added_since_the_last(store: SQLiteStore) -> None:
+    state = make_state()
+    turns(state, 500)
+    assert rows_written(store, state) == 1 + 501  # the run's row, every message
+    state.messages.append({"role": "user", "content": "one more"})
+    assert rows_written(store, state) == 1 + 1
+    assert rows_written(store, state) == 1  # nothing new: the row alone
+    assert store.load("r1") == state
+
+
+def test_a_transcript_that_does_not_extend_the_saved_one_is_written_whole(
+    store: SQLiteStore,
+) -> None:
+    state = make_state()
+    turns(state, 5)
+    store.save(state)
+    loaded = store.load("r1")  # fresh message objects: the store cannot know them
+    loaded.messages[1] = {"role": "assistant", "content": "rewritten"}
+    assert rows_written(store, loaded) == 1 + 6 + 6  # the row; 6 messages deleted, 6 written
+    assert store.load("r1") == loaded
+    shorter = make_state(content="shorter")
+    assert rows_written(store, shorter) == 1 + 6 + 1
+    assert store.load("r1").messages == shorter.messages
+
+
+def test_another_instance_reads_the_appended_transcript(db: Path) -> None:
+    with SQLiteStore(db) as writer, SQLiteStore(db) as reader:
+        state = make_state()
+        for _ in range(3):
+            turns(state, 2)
+            writer.save(state)
+            assert reader.load("r1").messages == state.messages
+
+
+def test_save_many_is_all_or_none(store: SQLiteStore) -> None:
+    a, b = make_state("a", content="old a"), make_state("b", content="old b")
+    store.save_many([a, b])
+    a.messages.append({"role": "assistant", "content": "new a"})
+    b.messages.append({"role": "assistant", "content": object()})  # not JSON
+    with pytest.raises(StateError, match="cannot be stored as JSON"):
+        store.save_many([a, b])
+    assert store.load("a").messages == [{"role": "user", "content": "old a"}]
+    del b.messages[-1]
+    store.save_many([a, b])
+    assert [store.load(r).messages[-1]["content"] for r in "ab"] == ["new a", "old b"]
+
+
+def test_a_corrupt_message_row_is_a_state_error(store: SQLiteStore, db: Path) -> None:
+    store.save(make_state())
+    with raw(db) as conn:
+        conn.execute("UPDATE messages SET data = '{nope' WHERE run_id = 'r1'")
+    with pytest.raises(StateError, match="message 0 of run 'r1' is not valid JSON"):
+        store.load("r1")
+
+
+V1_TABLES = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value);
+INSERT INTO meta VALUES ('schema_version', 1);
+CREATE TABLE runs (run_id TEXT PRIMARY KEY, root_id TEXT NOT NULL, parent_id TEXT,
+    agent TEXT NOT NULL, status TEXT NOT NULL, created_at REAL NOT NULL,
+    updated_at REAL NOT NULL, state TEXT NOT NULL);
+CREATE INDEX runs_root_id ON runs (root_id);
+CREATE INDEX runs_updated_at ON runs (updated_at);
+CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL,
+    root_id TEXT NOT NULL, type TEXT NOT NULL, at REAL NOT NULL, data TEXT NOT NULL);
+CREATE INDEX events_run_id ON events (run_id);
+CREATE INDEX events_root_id ON events (root_id);
+CREATE TABLE cancels (run_id TEXT PRIMARY KEY, root_id TEXT NOT NULL, reason TEXT NOT NULL,
+    requested_at REAL NOT NULL);
+CREATE INDEX cancels_root_id ON cancels (root_id);
+CREATE TABLE leases (root_id TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL);
+"""
+
+
+def test_a_version_1_file_is_migrated_in_place(db: Path) -> None:
+    old = make_state()
+    turns(old, 3)
+    with raw(db) as conn:
+        conn.executescript(V1_TABLES)
+        conn.execute(
+            "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            ("r1", "r1", None, "a", "running", 1.0, 1.0, json.dumps(state_to_dict(old))),
+        )
+    with SQLiteStore(db) as store:
+        assert store.load("r1") == old
+        turns(old, 1)
+        store.save(old)
+    with SQLiteStore(db) as store, raw(db) as conn:
+        assert store.load("r1") == old
+        assert conn.execute("SELECT value FROM meta").fetchone() == (2,)
+        assert conn.execute("SELECT count(*) FROM messages").fetchone() == (5,)

@@ -68,6 +68,8 @@ SANDBOX_FILES: Final[Mapping[str, str]] = MappingProxyType(
 PLAN_ANSWER: Final = "errors.log mentions a timeout: worker 7 timed out after 30000 ms."
 GIVE_UP_ANSWER: Final = "I could not find the log I needed, so I cannot tell what went wrong."
 DELETED_ANSWER: Final = "Deleted access.log to free space."
+ROTATED_LOG: Final = "10.0.0.4 GET /health 200 2ms\n"
+ROTATED_ANSWER: Final = "Rotated access.log twice: it is deleted."
 MAX_DEPTH: Final = 3
 """The ``researcher`` stops delegating at ``[depth 3]``: three levels below the root."""
 MAX_CHILDREN: Final = 100
@@ -304,6 +306,25 @@ def _slow(c: Conversation) -> Step:
     return _at(c.turn, scan, f"The archive scan found: {c.result(0, 0)}")
 
 
+@_scenario("survey", "list the files, read each one in turn, then name the timeout")
+def _survey(c: Conversation) -> Step:
+    reads = tuple((_read(name),) for name in sorted(SANDBOX_FILES))
+    return _at(c.turn, _LIST, *reads, f"Read {len(reads)} files. {PLAN_ANSWER}")
+
+
+@_scenario("rotate", "rotate access.log twice: read it twice, delete, write anew, delete again")
+def _rotate(c: Conversation) -> Step:
+    delete = (_call("delete_file", path="access.log"),)
+    write = (_call("write_file", path="access.log", text=ROTATED_LOG),)
+    steps = ((_read("access.log"),), (_read("access.log"),), delete, write, delete)
+    if c.turn < len(steps):
+        return steps[c.turn]
+    outcome = c.last_tool.strip()
+    if outcome.startswith("Deleted"):
+        return ROTATED_ANSWER
+    return f"The rotation went wrong: {outcome}"
+
+
 @_scenario("research", "ask three research questions at once, then combine the answers")
 def _research_parent(c: Conversation) -> Step:
     return _at(c.turn, _research(*_QUESTIONS), _findings(c.results(0, len(_QUESTIONS))))
@@ -327,6 +348,37 @@ def _slow_tree(c: Conversation) -> Step:
     n = min(max(int(match[1]), 1), MAX_CHILDREN) if match else 3
     calls = _research(*(f"[slow] archive {i}" for i in range(1, n + 1)))
     return _at(c.turn, calls, _findings(c.results(0, n)))
+
+
+TREE_BATCH: Final = 100
+"""The ``tree`` scenario asks for at most this many children in one reply."""
+MAX_TREE_CHILDREN: Final = 10_000
+"""The most children one run of the ``tree`` scenario asks for."""
+
+
+@_scenario("tree", "a tree of any shape: [tree AxB] asks A children [tree B]; leaves answer")
+def _tree(c: Conversation) -> Step:
+    """``[tree 10x10x10]``: 10 ``research`` children (at most :data:`TREE_BATCH` per
+    reply, one reply after another), each asked ``[tree 10x10]``, and so on; a
+    question without sizes is a leaf, which answers at once, or, with ``[slow]``,
+    first runs a 600 s ``scan_archive`` (a tree to cancel). Children inherit
+    ``[slow]``."""
+    question = c.question
+    spec = re.search(r"\[tree ?([0-9x]{0,64})\]", question)
+    sizes = [int(n) for n in spec[1].split("x") if n] if spec else []
+    slow = "[slow]" in question
+    if not sizes:
+        if slow:
+            scan = (_call("scan_archive", query="tree leaf", seconds=600.0),)
+            return _at(c.turn, scan, f"The archive scan found: {c.result(0, 0)}")
+        return "leaf: nothing to report."
+    n = min(max(sizes[0], 1), MAX_TREE_CHILDREN)
+    rest = "x".join(str(size) for size in sizes[1:])
+    first = c.turn * TREE_BATCH
+    if first >= n:
+        return f"{n} children answered."
+    asks = range(first, min(first + TREE_BATCH, n))
+    return _research(*(f"[tree {rest}]{' [slow]' if slow else ''} part {i}" for i in asks))
 
 
 @_scenario("researcher", "the child agent: [runaway], [depth N], [slow] or a short plan")

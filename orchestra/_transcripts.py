@@ -1,0 +1,84 @@
+"""Saving a run's transcript by appending: a turn's save costs what the turn added.
+
+A run state is saved after every step, and its transcript only grows: a step
+appends a reply or a batch of tool results, and no code rewrites a message
+once it is in ``messages``. Stores therefore keep the transcript apart from
+the rest of the state (the *head*: status, usage, limits...), as one record
+per message, and on each save write the head plus only the messages the
+store has not seen.
+
+:class:`SavedTranscripts` remembers, per run, how many messages a store has
+written and which object the last one was; a state whose transcript does not
+extend that (a state loaded afresh, one whose list was replaced) is written
+whole, so a store never holds a transcript that is not the state's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ._exceptions import StateError
+from ._serde import state_from_dict, state_to_dict
+from ._state import RunState
+
+__all__ = ["SavedTranscripts", "head_json", "joined"]
+
+
+def head_json(state: RunState) -> bytes:
+    """The state without its transcript, as JSON (see :func:`joined`)."""
+    data = state_to_dict(state)
+    del data["messages"]
+    return orjson.dumps(data)
+
+
+def joined(head: str | bytes, messages: list[dict[str, Any]]) -> RunState:
+    """The state saved as ``head`` with its transcript ``messages``.
+
+    Raises:
+        StateError: ``head`` is not a run state (see :func:`state_from_dict`).
+        SchemaVersionError: it was saved by an unknown schema version.
+    """
+    data = _loads(head)
+    if isinstance(data, dict):
+        data["messages"] = messages
+    return state_from_dict(data)
+
+
+def _loads(text: str | bytes) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise StateError(f"run state is not valid JSON: {exc}") from exc
+
+
+class SavedTranscripts:
+    """Which part of each run's transcript a store holds already."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[int, object]] = {}
+
+    def unsaved(self, state: RunState) -> tuple[int, list[dict[str, Any]]]:
+        """``(start, messages)``: the messages to write, from index ``start``.
+
+        ``start`` is 0 (write the whole transcript, replacing what is stored)
+        unless the state extends what this store last wrote for the run.
+        """
+        messages = state.messages
+        count, last = self._held.get(state.run_id, (0, None))
+        if 0 < count <= len(messages) and messages[count - 1] is last:
+            return count, messages[count:]
+        return 0, messages
+
+    def written(self, state: RunState) -> None:
+        """Note that ``state``'s whole transcript is stored now (after the commit)."""
+        messages = state.messages
+        if state.status.terminal or not messages:
+            self._held.pop(state.run_id, None)  # saved again only by a later resume
+        else:
+            self._held[state.run_id] = (len(messages), messages[-1])
+
+    def forget(self, run_id: str) -> None:
+        """Write this run's transcript whole on its next save."""
+        self._held.pop(run_id, None)
