@@ -28,6 +28,7 @@ is no secret, and replacing every "k" would garble every text).
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from typing import Any
@@ -79,6 +80,7 @@ def register(secret: str) -> None:
         return
     with _lock:  # longest first, so a secret containing another goes whole
         _secrets = tuple(sorted({*_secrets, secret}, key=len, reverse=True))
+        _redact_short.cache_clear()
 
 
 def _replace(match: re.Match[str]) -> str:
@@ -87,8 +89,24 @@ def _replace(match: re.Match[str]) -> str:
     return kept + REDACTED
 
 
+_CACHED_UP_TO = 256
+"""Short texts (statuses, reasons, names: most of an event's strings) are
+redacted once and remembered until the next :func:`register`."""
+
+
 def redact(text: str, *secrets: str) -> str:
     """``text`` without registered secrets, extra ``secrets`` or credential shapes."""
+    if not secrets and len(text) <= _CACHED_UP_TO:
+        return _redact_short(text)
+    return _redact(text, secrets)
+
+
+@functools.lru_cache(maxsize=4096)
+def _redact_short(text: str) -> str:
+    return _redact(text, ())
+
+
+def _redact(text: str, secrets: tuple[str, ...]) -> str:
     for secret in (*secrets, *_secrets):
         if len(secret) >= MIN_SECRET and secret in text:
             text = text.replace(secret, REDACTED)

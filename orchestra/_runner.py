@@ -2,11 +2,13 @@
 
 Cancellation: a root run's handle (or :meth:`Runner.cancel`) cancels the
 run's whole subtree through trio cancel scopes: every descendant run, every
-model request and every tool in flight stops at its next checkpoint. A cancel
-aimed at a child alone stops that child; its parent gets a tool result saying
-so and continues. With a store that takes cancel requests (the SQLite store),
-another process can ask for the same (``orchestra cancel``); a watcher polls
-for such requests every ``poll_interval`` seconds.
+model request and every tool in flight stops at its next checkpoint, and the
+stopped runs are saved together, in one transaction, once the whole tree has
+stopped. A cancel aimed at a child alone stops that child; its parent gets a
+tool result saying so and continues. With a store that takes cancel requests
+(the SQLite store), another process can ask for the same (``orchestra
+cancel``); one watcher per runner, whatever the number of trees it runs,
+polls for such requests every ``poll_interval`` seconds (one query).
 
 Leases: with a store that keeps leases, a root run is executed only while
 this runner holds its tree's lease (renewed by the watcher). Every save is
@@ -53,6 +55,7 @@ class RunHandle:
 
     run_id: str
     _live: LiveRun = attrs.field(alias="live")
+    _runner: Runner = attrs.field(alias="runner")
     _done: trio.Event = attrs.Factory(trio.Event)
     _result: RunResult | None = None
 
@@ -63,8 +66,8 @@ class RunHandle:
         exists: a run cancelled before its first step stops at that step.
         :meth:`wait` returns once every run in the tree has recorded its exit.
         """
-        if not self.done:
-            self._live.request_cancel(reason)
+        if not self.done and not self._runner.cancel(self.run_id, reason):
+            self._live.request_cancel(reason)  # not executing yet: stops at its first step
 
     @property
     def done(self) -> bool:
@@ -112,6 +115,12 @@ class Runner:
     _live: dict[str, LiveRun] = attrs.field(factory=dict, init=False)
     _lost: dict[str, str] = attrs.field(factory=dict, init=False)
     _clock_origin: tuple[float, float] | None = attrs.field(default=None, init=False)
+    _stopping: dict[str, _Batch] = attrs.field(factory=dict, init=False)
+    """Trees being cancelled: their saves wait to be made together."""
+    _watched: dict[str, float] = attrs.field(factory=dict, init=False)
+    """Trees this runner executes with a lease, and when each lease is next renewed."""
+    _poller: trio.Event | None = attrs.field(default=None, init=False)
+    """Set when the watcher that polls for every tree stops (another takes over)."""
     owner: str = attrs.field(factory=lambda: f"pid {os.getpid()} on {socket.gethostname()}")
 
     def now(self) -> float:
@@ -150,6 +159,10 @@ class Runner:
         lost = self._lost.get(state.root_id)
         if lost is not None:
             raise LeaseLost(lost)
+        batch = self._stopping.get(state.root_id)
+        if batch is not None:
+            batch.add(state, events)
+            return
         try:
             if self._leases:
                 self.store.save(state, events, owner=self.owner)
@@ -158,6 +171,22 @@ class Runner:
         except LeaseLost as exc:
             self._lose(state.root_id, str(exc))
             raise
+
+    def _save_stopped(self, root_id: str) -> None:
+        """Save the runs of a cancelled tree together (one transaction if the store can)."""
+        batch = self._stopping.pop(root_id, None)
+        if batch is None or not batch.states:
+            return
+        fence = {"owner": self.owner} if self._leases else {}
+        try:
+            save_many = getattr(self.store, "save_many", None)
+            if save_many is not None:
+                save_many(list(batch.states.values()), batch.events, **fence)
+            else:
+                for state in batch.states.values():
+                    self.store.save(state, batch.events_of(state.run_id), **fence)
+        except LeaseLost as exc:
+            self._lost.setdefault(root_id, str(exc))
 
     def lost_lease(self, root_id: str) -> bool:
         """Whether this runner lost the lease on tree ``root_id`` (it must not save)."""
@@ -189,6 +218,8 @@ class Runner:
         run = self._live.get(run_id)
         if run is None:
             return False
+        if run.parent is None and run.cancel_reason is None:
+            self._stopping.setdefault(run_id, _Batch())
         run.request_cancel(reason)
         return True
 
@@ -232,7 +263,7 @@ class Runner:
         limits = (limits or agent.limits).anchored(self.now())
         state = new_state(agent, task, limits, run_id=run_id, metadata=metadata)
         live = LiveRun(state=state, agent=agent, runner=self)
-        handle = RunHandle(run_id=state.run_id, live=live)
+        handle = RunHandle(run_id=state.run_id, live=live, runner=self)
         nursery.start_soon(self._run_for, handle, live)
         return handle
 
@@ -302,6 +333,7 @@ class Runner:
                 await execute(live)
                 nursery.cancel_scope.cancel()
         finally:
+            self._save_stopped(root_id)
             self._let_go(root_id)
         if root_id in self._lost:
             raise LeaseLost(self._lost.pop(root_id))
@@ -322,21 +354,62 @@ class Runner:
             call(*args, **kwargs)
 
     async def _watch(self, root_id: str) -> None:
-        """Apply cancel requests other processes leave in the store; keep the lease.
+        """Keep tree ``root_id`` watched (cancel requests, lease) while it runs.
 
-        If the lease cannot be renewed (another process took the tree over
-        while this one stalled), the tree is cancelled here and saves nothing.
+        One watcher at a time polls for every tree of this runner; the others
+        wait, and one of them takes over when the polling one's tree stops.
         """
-        renew_at = trio.current_time() + self.lease_ttl / 3
+        self._watched[root_id] = trio.current_time() + self.lease_ttl / 3
+        try:
+            while True:
+                if self._poller is None:
+                    self._poller = trio.Event()
+                    try:
+                        await self._poll()
+                    finally:
+                        self._poller.set()
+                        self._poller = None
+                else:
+                    await self._poller.wait()
+        finally:
+            del self._watched[root_id]
+
+    async def _poll(self) -> None:
+        """Apply cancel requests other processes leave in the store; keep the leases.
+
+        One query per ``poll_interval`` for all trees. If a lease cannot be
+        renewed (another process took the tree over while this one stalled),
+        that tree is cancelled here and saves nothing more.
+        """
         while True:
             await trio.sleep(self.poll_interval)
-            for run_id, reason in self.store.pending_cancels(root_id).items():  # type: ignore[attr-defined]
+            for run_id, reason in self.store.pending_cancels().items():  # type: ignore[attr-defined]
                 if self.cancel(run_id, reason):
                     self.store.clear_cancel(run_id)  # type: ignore[attr-defined]
-            if trio.current_time() >= renew_at:
-                try:
-                    self._lease("renew_lease", root_id, ttl=self.lease_ttl)
-                except LeaseError as exc:
-                    self._lose(root_id, str(exc))
-                    return
-                renew_at = trio.current_time() + self.lease_ttl / 3
+            now = trio.current_time()
+            for root_id, renew_at in list(self._watched.items()):
+                if now >= renew_at and root_id not in self._lost:
+                    self._renew(root_id, now)
+
+    def _renew(self, root_id: str, now: float) -> None:
+        try:
+            self._lease("renew_lease", root_id, ttl=self.lease_ttl)
+        except LeaseError as exc:
+            self._lose(root_id, str(exc))
+        else:
+            self._watched[root_id] = now + self.lease_ttl / 3
+
+
+@attrs.define(eq=False)
+class _Batch:
+    """The saves of a tree being cancelled, kept to be made together."""
+
+    states: dict[str, RunState] = attrs.Factory(dict)
+    events: list[dict[str, Any]] = attrs.Factory(list)
+
+    def add(self, state: RunState, events: Sequence[dict[str, Any]]) -> None:
+        self.states[state.run_id] = state  # the live state: saved as it is at the end
+        self.events.extend(events)
+
+    def events_of(self, run_id: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["run_id"] == run_id]

@@ -233,8 +233,10 @@ class SQLiteStore:
                     _check_fence(conn, root_id, owner)
             for run_row, start, message_rows in writes:
                 conn.execute(_UPSERT_RUN, run_row)
-                conn.execute(_DROP_MESSAGES_FROM, (run_row[0], start))
-                conn.executemany(_INSERT_MESSAGE, message_rows)
+                if start == 0:  # a whole transcript replaces whatever is stored
+                    conn.execute(_DROP_MESSAGES_FROM, (run_row[0], 0))
+                if message_rows:
+                    conn.executemany(_INSERT_MESSAGE, message_rows)
             if event_rows:
                 conn.executemany(_INSERT_EVENT, event_rows)
         for state in states:
@@ -376,11 +378,13 @@ class SQLiteStore:
                 raise RunNotFound(f"no run {run_id!r} in {self._path}")
             conn.execute(_UPSERT_CANCEL, (run_id, found[0], reason, time.time()))
 
-    def pending_cancels(self, root_id: str) -> dict[str, str]:
-        """Cancel requests for runs of the tree ``root_id``: reason by run id, oldest first."""
+    def pending_cancels(self, root_id: str | None = None) -> dict[str, str]:
+        """Cancel requests for runs of the tree ``root_id`` (of every tree if None):
+        reason by run id, oldest first."""
         rows = self._read(
-            f"read cancel requests of {root_id!r}",
-            "SELECT run_id, reason FROM cancels WHERE root_id = ? ORDER BY requested_at, run_id",
+            f"read cancel requests of {root_id or 'every tree'!r}",
+            "SELECT run_id, reason FROM cancels WHERE ?1 IS NULL OR root_id = ?1"
+            " ORDER BY requested_at, run_id",
             root_id,
         )
         return dict(rows)
