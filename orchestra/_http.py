@@ -141,6 +141,6 @@ def proxy_for(url: str) -> str | None:
     """The proxy the environment names for ``url`` (``*_PROXY``, ``NO_PROXY``), if any."""
     parts = urlsplit(url)
     proxies = urllib.request.getproxies_environment()
-    if not proxies or urllib.request.proxy_bypass_environment(parts.hostname or "", proxies):
+    if not proxies or urllib.request.proxy_bypass(parts.hostname or ""):
         return None
     return proxies.get(parts.scheme) or proxies.get("all")
