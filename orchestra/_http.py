@@ -57,6 +57,7 @@ class Endpoint:
         self._timeout = httpx.Timeout(timeout).as_dict()
         self._admission = trio.CapacityLimiter(max_connections)
         self._shards: list[_Shard] = []
+        self._urls: dict[str, httpx.URL] = {}
         self._max_shards = math.ceil(max_connections / SHARD_CONNECTIONS)
         if transport is not None:
             self._shards.append(_Shard(transport, size=max_connections))
@@ -70,7 +71,7 @@ class Endpoint:
         """
         request = httpx.Request(
             "POST",
-            self.base_url + path,
+            self._url(path),
             content=content,
             headers=self._headers,
             extensions={"timeout": self._timeout},
@@ -82,6 +83,12 @@ class Endpoint:
                 return await shard.send(request)
             finally:
                 shard.busy -= 1
+
+    def _url(self, path: str) -> httpx.URL:
+        url = self._urls.get(path)
+        if url is None:  # parsed once: httpx's URL parsing costs more than the rest of a Request
+            url = self._urls[path] = httpx.URL(self.base_url + path)
+        return url
 
     def _shard(self) -> _Shard:
         """The least busy shard with room, or a new one (admission guarantees room)."""

@@ -131,10 +131,17 @@ class Usage:
     child_runs: int = 0
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(**{f: getattr(self, f) + getattr(other, f) for f in _USAGE_FIELDS})
+        return Usage(
+            model_calls=self.model_calls + other.model_calls,
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            cost_pico=self.cost_pico + other.cost_pico,
+            tool_runs=self.tool_runs + other.tool_runs,
+            child_runs=self.child_runs + other.child_runs,
+        )
 
     def __sub__(self, other: Usage) -> Usage:
-        return Usage(**{f: getattr(self, f) - getattr(other, f) for f in _USAGE_FIELDS})
+        return self + Usage(**{f: -getattr(other, f) for f in _USAGE_FIELDS})
 
     @property
     def cost_usd(self) -> float:

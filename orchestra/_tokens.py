@@ -144,7 +144,13 @@ def count_tools(tools: Sequence[Mapping[str, Any]] | None) -> int:
     """Tokens the tool declarations add to a prompt."""
     if not tools:
         return 0
-    return count_text(json.dumps(list(tools), sort_keys=True, separators=(",", ":")))
+    return _count_json(json.dumps(list(tools), sort_keys=True, separators=(",", ":")))
+
+
+@functools.lru_cache(maxsize=256)
+def _count_json(text: str) -> int:
+    """Tokens of a declaration text (an agent's tools: the same text for each of its runs)."""
+    return count_text(text)
 
 
 def count_prompt(
