@@ -7,6 +7,8 @@ store: the file is deleted once, the model's answer comes back, the turns and
 cost carry over from the first process. Run with ``--reject`` to see the
 rejection written into the transcript in words instead.
 
+Exits 1 unless the file is deleted exactly when approved.
+
     python examples/approval_resume.py [--reject]
 """
 
@@ -15,77 +17,86 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 import trio
 
-from orchestra import Limits, OpenAIProvider, Runner, ToolPolicy
-from orchestra._demo import demo_agent, demo_task
-from orchestra._sqlite import SQLiteStore
+from orchestra import Agent, Limits, OpenAIProvider, Runner, SQLiteStore, catalog
 from orchestra.testing import make_sandbox, scripted_server
 
-SECOND_PROCESS = """
-import sys, trio
-from pathlib import Path
-from orchestra import Limits, OpenAIProvider, Runner, ToolPolicy
-from orchestra._demo import demo_agent
-from orchestra._sqlite import SQLiteStore
-from orchestra.testing import scripted_server
+INSTRUCTIONS = "You are an operations assistant. Use the tools to answer in one sentence."
 
-store_path, directory, run_id, decision = sys.argv[1:]
 
-async def main():
-    async with scripted_server() as url:
-        runner = Runner(provider=OpenAIProvider(base_url=url, api_key="s"),
-                        store=SQLiteStore(store_path))
-        if decision == "reject":
-            runner.reject(run_id, reason="keep it")
-        else:
-            runner.approve(run_id)
-        agent = demo_agent("destructive", Path(directory), limits=Limits(max_turns=20),
-                           child_limits=Limits(), policy=ToolPolicy())
-        result = await runner.resume(run_id, agent)
-        print(f"process 2: {result.status.value}, turns={result.state.turns}, "
-              f"cost=${result.cost_usd:.6f}, answer={result.answer!r}")
-
-trio.run(main)
-"""
+def destructive_agent(directory: Path) -> Agent:
+    return Agent(
+        name="assistant",
+        model="destructive",
+        instructions=INSTRUCTIONS,
+        tools=catalog(directory),
+        limits=Limits(max_turns=20),
+    )
 
 
 async def first_process(store: Path, directory: Path) -> str:
     async with scripted_server() as url:
-        runner = Runner(
-            provider=OpenAIProvider(base_url=url, api_key="s"), store=SQLiteStore(store)
-        )
-        agent = demo_agent(
-            "destructive",
-            directory,
-            limits=Limits(max_turns=20),
-            child_limits=Limits(),
-            policy=ToolPolicy(),
-        )
-        result = await runner.run(agent, demo_task("destructive"))
+        provider = OpenAIProvider(base_url=url, api_key="scripted")
+        with SQLiteStore(store) as saved:
+            runner = Runner(provider=provider, store=saved)
+            result = await runner.run(destructive_agent(directory), "The disk is full.")
+        await provider.aclose()
     waiting = result.state.interruption
-    assert waiting is not None
+    if waiting is None:
+        raise SystemExit(f"CLAIM FAILED: the run ended {result.status.value}, waiting for nobody")
     print(
-        f"process 1: {result.status.value}/{waiting.kind.value}: {waiting.tool} "
-        f"{waiting.arguments}, turns={result.state.turns}, cost=${result.cost_usd:.6f}"
+        f"process 1: {result.status.value}/{waiting.kind.value}, turns={result.state.turns}, "
+        f"cost=${result.cost_usd:.6f}\n  waits on: {waiting.tool} {waiting.arguments}"
     )
     return result.run_id
 
 
-def main() -> None:
-    decision = "reject" if "--reject" in sys.argv else "approve"
-    work = Path(tempfile.mkdtemp(prefix="approval-"))
+async def second_process(store: Path, directory: Path, run_id: str, decision: str) -> None:
+    async with scripted_server() as url:
+        provider = OpenAIProvider(base_url=url, api_key="scripted")
+        with SQLiteStore(store) as saved:
+            runner = Runner(provider=provider, store=saved)
+            if decision == "reject":
+                runner.reject(run_id, reason="keep it")
+            else:
+                runner.approve(run_id)
+            result = await runner.resume(run_id, destructive_agent(directory))
+        await provider.aclose()
+    print(
+        f"process 2: {result.status.value}, turns={result.state.turns}, cost=${result.cost_usd:.6f}"
+    )
+    print(
+        textwrap.fill(f"answer: {result.answer}", 80, initial_indent="  ", subsequent_indent="    ")
+    )
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory(prefix="approval-resume-") as tmp:
+        return approve_or_reject(Path(tmp), "reject" if "--reject" in sys.argv else "approve")
+
+
+def approve_or_reject(work: Path, decision: str) -> int:
     directory, store = make_sandbox(work / "box"), work / "runs.db"
     run_id = trio.run(first_process, store, directory)
-    print(f"access.log exists: {(directory / 'access.log').exists()}")
-    subprocess.run(
-        [sys.executable, "-c", SECOND_PROCESS, str(store), str(directory), run_id, decision],
-        check=True,
-    )
-    print(f"access.log exists: {(directory / 'access.log').exists()}")
+    before = (directory / "access.log").exists()
+    print(f"access.log exists: {before}")
+    second = [sys.executable, __file__, "--second", str(store), str(directory), run_id, decision]
+    subprocess.run(second, check=True)
+    after = (directory / "access.log").exists()
+    print(f"access.log exists: {after}")
+    if not before or after is (decision == "approve"):
+        print("CLAIM FAILED: access.log was not kept until, and deleted only on, approval")
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--second"]:
+        store, directory, run_id, decision = sys.argv[2:6]
+        trio.run(second_process, Path(store), Path(directory), run_id, decision)
+    else:
+        sys.exit(main())
