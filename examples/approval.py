@@ -12,8 +12,9 @@ resumed:
   file was not deleted;
 * rejected with no reason: Orchestra's ``ToolPolicy.rejection_text`` is the
   result ("The user declined this call; nothing was done."), the same truth;
-* for contrast, a harness that answers a rejection with nothing
-  (``rejection_text=""``): the model claims a deletion that never happened.
+* a harness that answers a rejection with nothing lets the model claim a
+  deletion that never happened: Orchestra refuses such a policy
+  (``ToolPolicy(rejection_text="")`` is a ``ConfigError``).
 
 Prints per decision the status before and after, whether access.log is left,
 what the model saw and what it answered. Exits 1 unless Orchestra's three
@@ -31,7 +32,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from orchestra import Agent, Limits, OpenAIProvider, Runner, RunResult, ToolPolicy, catalog
+from orchestra import Agent, ConfigError, Limits, OpenAIProvider, Runner, RunResult, ToolPolicy, catalog
 from orchestra.testing import make_sandbox, scripted_server
 
 INSTRUCTIONS = "You are an operations assistant. Use the tools to answer in one sentence."
@@ -44,14 +45,12 @@ class Decision:
     label: str
     approve: bool
     reason: str = ""
-    rejection_text: str | None = None  # None: Orchestra's default wording
 
 
 DECISIONS = (
     Decision("approve", approve=True),
     Decision("reject, with a reason", approve=False, reason=REASON),
     Decision("reject, no reason", approve=False),
-    Decision("reject, silent harness", approve=False, rejection_text=""),
 )
 
 
@@ -71,8 +70,6 @@ async def decide(work: Path) -> list[Row]:
         for i, decision in enumerate(DECISIONS):
             directory = make_sandbox(work / f"box{i}")
             policy = ToolPolicy()
-            if decision.rejection_text is not None:
-                policy = ToolPolicy(rejection_text=decision.rejection_text)
             agent = Agent(
                 name="assistant",
                 model="destructive",
@@ -132,8 +129,13 @@ def main() -> int:
         )
         print("  saw: " + cut(repr(delete_result(r.result)), WIDTH - 7))
         print("  ->   " + cut(r.result.answer or "", WIDTH - 7))
-        if r.decision.rejection_text is None:  # Orchestra's own behaviour
-            ok = ok and r.file_before and r.file_after is not r.decision.approve and true
+        ok = ok and r.file_before and r.file_after is not r.decision.approve and true
+    try:
+        ToolPolicy(rejection_text="")
+        print("a silent rejection policy was accepted")
+        ok = False
+    except ConfigError as exc:
+        print(f"a silent rejection policy is refused: {exc}")
     if not ok:
         print("CLAIM FAILED: a decision was not carried out, or the model was misled")
         return 1

@@ -38,6 +38,12 @@ def _result_limit(_policy: object, _attribute: object, value: int) -> None:
         )
 
 
+def _in_words(_policy: object, _attribute: object, value: str) -> None:
+    """A rejected call's result must say something: silence reads as success."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"rejection_text must be a non-empty sentence, got {value!r}")
+
+
 def _timeout(_policy: object, _attribute: object, value: float | None) -> None:
     check_timeout("ToolPolicy.tool_timeout_s", value)
 
@@ -65,7 +71,7 @@ class ToolPolicy:
     fatal_errors: bool = False
     dedupe: bool = False
     permanent_errors: tuple[type[BaseException], ...] = (PermanentToolError, PermissionError)
-    rejection_text: str = DEFAULT_REJECTION
+    rejection_text: str = attrs.field(default=DEFAULT_REJECTION, validator=_in_words)
     max_result_bytes: int = attrs.field(default=DEFAULT_RESULT_BYTES, validator=_result_limit)
     tool_timeout_s: float | None = attrs.field(default=None, validator=_timeout)
 

@@ -96,7 +96,8 @@ def _canonical(name: str, arguments: dict[str, Any]) -> str:
 
 
 def _earlier_results(run: LiveRun) -> dict[str, tuple[str, str]]:
-    """Read-only calls already answered in the transcript: key → (call id, result)."""
+    """Read-only calls answered in the transcript since its last write: key → (call
+    id, result). A write may change what any read sees, so none before it is reused."""
     results = {
         m.get("tool_call_id"): m.get("content")
         for m in run.state.messages
@@ -106,6 +107,8 @@ def _earlier_results(run: LiveRun) -> dict[str, tuple[str, str]]:
     for message in run.state.messages:
         for call in message.get("tool_calls") or ():
             tool, text = run.agent.tool(call["function"]["name"]), results.get(call["id"])
+            if tool is not None and not tool.read_only:
+                cache.clear()
             if tool is None or not tool.read_only or not isinstance(text, str):
                 continue
             if text.startswith("Error:"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 
 from orchestra import (
@@ -235,3 +236,46 @@ async def test_policy_bounds_what_the_model_sees_of_results_and_errors() -> None
         assert len(text.encode()) <= 1024
         assert "truncated" in text
     assert shown[1].startswith("Error")
+
+
+async def test_dedupe_never_reuses_a_read_from_before_a_write(tmp_path):
+    from orchestra import Agent, Limits, Runner, ToolPolicy, catalog, tool
+    from orchestra.testing import DONE, FakeProvider, tool_calls
+
+    @tool()
+    def write_file(path: str, content: str) -> str:
+        """Write a file.
+
+        Args:
+            path: its name.
+            content: its text.
+        """
+        (tmp_path / path).write_text(content)
+        return "written"
+
+    (tmp_path / "a.txt").write_text("old")
+    read = tool_calls(("read_file", {"path": "a.txt"}))
+    write = tool_calls(("write_file", {"path": "a.txt", "content": "new"}))
+    provider = FakeProvider(read, write, read, read, DONE)
+    agent = Agent(
+        name="a",
+        model="m",
+        instructions="",
+        tools=(*catalog(tmp_path), write_file),
+        limits=Limits(max_turns=10),
+        policy=ToolPolicy(dedupe=True),
+    )
+    result = await Runner(provider=provider).run(agent, "go")
+    results = [m["content"] for m in result.state.messages if m.get("role") == "tool"]
+    assert results[0] == "old"
+    assert results[2] == "new"  # read again after the write: not the cached "old"
+    assert results[3].startswith("new\n[Same call as")  # reused: no write since
+    assert result.state.own.tool_runs == 3
+
+
+def test_a_rejection_must_be_in_words():
+    from orchestra import ConfigError, ToolPolicy
+
+    for silent in ("", "   "):
+        with pytest.raises(ConfigError, match="rejection_text"):
+            ToolPolicy(rejection_text=silent)
