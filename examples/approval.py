@@ -32,7 +32,16 @@ from pathlib import Path
 import attrs
 import trio
 
-from orchestra import Agent, ConfigError, Limits, OpenAIProvider, Runner, RunResult, ToolPolicy, catalog
+from orchestra import (
+    Agent,
+    ConfigError,
+    Limits,
+    OpenAIProvider,
+    Runner,
+    RunResult,
+    ToolPolicy,
+    catalog,
+)
 from orchestra.testing import make_sandbox, scripted_server
 
 INSTRUCTIONS = "You are an operations assistant. Use the tools to answer in one sentence."
@@ -135,7 +144,7 @@ def main() -> int:
         print("a silent rejection policy was accepted")
         ok = False
     except ConfigError as exc:
-        print(f"a silent rejection policy is refused: {exc}")
+        print(cut(f"a silent rejection policy is refused: {exc}", WIDTH))
     if not ok:
         print("CLAIM FAILED: a decision was not carried out, or the model was misled")
         return 1

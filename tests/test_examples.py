@@ -176,7 +176,7 @@ def test_approval_decisions_reach_the_model_in_words(ran: dict[str, Ran]) -> Non
     assert r.row("approve")[1:] == ["interrupted/approval", "completed", "deleted", "yes"]
     for decision in ("reject, with a reason", "reject, no reason"):
         assert r.row(decision)[-4:] == ["interrupted/approval", "completed", "left", "yes"]
-    assert "a silent rejection policy is refused" in r.out
+    assert "a silent rejection policy is refused: rejection_text must be" in r.out
     assert "saw: 'Rejected by the user: keep it for the incident review'" in r.out
     assert "saw: 'The user declined this call; nothing was done.'" in r.out
 
