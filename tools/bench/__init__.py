@@ -1,0 +1,1 @@
+"""The benchmark suite behind ``python tools/benchmarks.py`` (one module per section)."""

@@ -1,0 +1,54 @@
+"""The baseline: a bare trio + httpx agent loop, about thirty lines, no Orchestra.
+
+One shared :class:`httpx.AsyncClient`; each run POSTs the transcript to
+``/chat/completions``, runs the tool calls of the reply against the sandbox
+(``list_files`` and ``read_file``, as the demo's catalog does), appends the
+results and asks again, until the reply is prose. No budget, no store, no
+events, no retries: what any agent loop must do at the least.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+INSTRUCTIONS = (
+    "You are an operations assistant. Use the tools to inspect the working directory "
+    "and answer the user's question in one sentence."
+)
+TASK = "Why did the nightly job fail?"
+MAX_TOKENS = 1024
+
+
+def run_tool(sandbox: Path, function: dict[str, Any]) -> str:
+    """The result of one tool call, as the catalog's list_files/read_file give it."""
+    if function["name"] == "list_files":
+        return "\n".join(sorted(p.name for p in sandbox.iterdir() if p.is_file()))
+    path = json.loads(function["arguments"])["path"]
+    return (sandbox / path).read_text(encoding="utf-8")
+
+
+async def bare_run(
+    client: httpx.AsyncClient, tools: list[dict[str, Any]], sandbox: Path, model: str = "plan"
+) -> int:
+    """One run to its answer; the number of model calls it made."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": INSTRUCTIONS},
+        {"role": "user", "content": TASK},
+    ]
+    turns = 0
+    while True:
+        body = {"model": model, "messages": messages, "tools": tools, "max_tokens": MAX_TOKENS}
+        response = await client.post("/chat/completions", json=body)
+        response.raise_for_status()
+        message = response.json()["choices"][0]["message"]
+        messages.append(message)
+        turns += 1
+        if not message.get("tool_calls"):
+            return turns
+        for call in message["tool_calls"]:
+            result = run_tool(sandbox, call["function"])
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})

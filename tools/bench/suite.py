@@ -1,0 +1,129 @@
+"""The suite: every section in a fresh worker process, in turn; the report after each.
+
+A section that fails or runs out of time is reported as not measured; the
+others still run. See ``tools/benchmarks.py`` for the command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from . import (
+    cancel,
+    common,
+    concurrency,
+    counting,
+    memory,
+    persistence,
+    report,
+    startup,
+    tracing,
+    trees,
+    turns,
+)
+
+SECTIONS: dict[str, ModuleType] = {
+    "turn_overhead": turns,
+    "concurrency": concurrency,
+    "idle_rss": memory,
+    "trees": trees,
+    "cancel": cancel,
+    "persistence": persistence,
+    "tracing": tracing,
+    "counting": counting,
+    "startup": startup,
+}
+TITLES = {
+    "turn_overhead": "Overhead per turn",
+    "concurrency": "Concurrent runs over loopback HTTP",
+    "idle_rss": "Idle RSS",
+    "trees": "Trees",
+    "cancel": "Cancel a tree",
+    "persistence": "Persistence per step",
+    "tracing": "Tracing on vs off",
+    "counting": "Prompt-count cost per turn",
+    "startup": "CLI start-up",
+}
+EXPECTED_TARGETS = {
+    "turn_overhead": ["client CPU per turn over HTTP ≤ 1.1× bare"],
+    "concurrency": ["throughput at 200 concurrent ≥ 1.0× bare", "10,000 concurrent runs complete"],
+    "idle_rss": ["idle RSS < 60 MB"],
+    "trees": ["10×10×10 ≤ 1.2× flat per model call"],
+    "cancel": ["cancel of a 100-run tree with SQLite ≤ 10 ms"],
+    "persistence": ["SQLite save at turn 500 ≤ 2× turn 10"],
+}
+TIMEOUT_S = {"concurrency": 480.0}
+DEFAULT_TIMEOUT_S = 240.0
+QUICK_TIMEOUT_S = 120.0
+
+
+def _markdown_doc(module: ModuleType) -> str:
+    """The module docstring after its first line, as one Markdown paragraph."""
+    body = (module.__doc__ or "").split("\n\n", 1)[1:]
+    text = " ".join(" ".join(body).split())
+    return re.sub(r"``([^`]+)``", r"`\1`", text)
+
+
+def section_worker(params: dict[str, Any]) -> None:
+    """Worker: run one section, print its result."""
+    module = SECTIONS[params["id"]]
+    result = module.run(params["quick"])
+    result["method"] = f"{_markdown_doc(module)} {result['method']}".strip()
+    common.emit(final=True, section=result)
+
+
+def _failed(sid: str, error: str) -> dict[str, Any]:
+    failed = common.section(sid, TITLES[sid], "", [])
+    failed["error"] = error
+    failed["expected_targets"] = EXPECTED_TARGETS.get(sid, [])
+    return failed
+
+
+def _write(results: dict[str, Any], out: Path, json_path: Path, previous: Any) -> None:
+    json_path.write_text(json.dumps(results, indent=1, default=str) + "\n", encoding="utf-8")
+    out.write_text(report.markdown(results, json_path.name, previous), encoding="utf-8")
+
+
+def main(
+    *, quick: bool, out: Path, json_path: Path, only: list[str], previous: Any, command: str
+) -> int:
+    """Run the sections (all, or ``only``), writing the report after each; 0 if none failed."""
+    started = time.perf_counter()
+    results: dict[str, Any] = {
+        "command": command,
+        "quick": quick,
+        "machine": common.machine(),
+        "sections": [],
+        "total_s": None,
+    }
+    failures = 0
+    for sid in only or list(SECTIONS):
+        print(f"[{time.perf_counter() - started:6.1f} s] {TITLES[sid]} ...", file=sys.stderr)
+        t0 = time.perf_counter()
+        timeout = QUICK_TIMEOUT_S if quick else TIMEOUT_S.get(sid, DEFAULT_TIMEOUT_S)
+        try:
+            line = common.run_worker("section", {"id": sid, "quick": quick}, timeout)
+            sec = line["section"]
+        except Exception as exc:  # report it and go on with the next section
+            sec = _failed(sid, str(exc))
+            failures += 1
+            print(f"    failed: {exc}", file=sys.stderr)
+        sec["seconds"] = time.perf_counter() - t0
+        results["sections"].append(sec)
+        _write(results, out, json_path, previous)
+    results["total_s"] = time.perf_counter() - started
+    results["load_average_at_end"] = list(os.getloadavg())
+    _write(results, out, json_path, previous)
+    print(f"[{results['total_s']:6.1f} s] wrote {out} and {json_path}", file=sys.stderr)
+    for sec in results["sections"]:
+        for t in sec["targets"]:
+            mark = {True: "met", False: "NOT MET", None: "?"}[t["met"]]
+            print(f"  {mark:8} {t['text']}: {t['value']}", file=sys.stderr)
+    return 1 if failures else 0
