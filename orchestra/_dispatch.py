@@ -82,9 +82,15 @@ def flush_results(run: LiveRun) -> None:
 
 def record_result(run: LiveRun, call_id: str, text: str, *, save: bool = True) -> None:
     """Keep one call's result (saved at once unless ``save`` is False; it joins the
-    transcript with its siblings)."""
-    run.state.results[call_id] = text
-    if save:
+    transcript with its siblings).
+
+    The last result of a reply is not saved here: the loop appends the batch
+    to the transcript and saves it next, with no checkpoint in between that
+    could lose it (a cancel saves the whole state, results included).
+    """
+    state = run.state
+    state.results[call_id] = text
+    if save and any(c["id"] not in state.results for c in _open_calls(state)[0]):
         run.checkpoint()
 
 

@@ -208,7 +208,7 @@ def test_sigkill_at_every_step_then_resume(tmp_path: Path, idempotent: bool) -> 
         for kill_at in range(1, _count_points(tmp_path / f"{idempotent}", mode) + 1):
             _trial(tmp_path / f"{mode}-{kill_at}-{idempotent}", kill_at, mode, idempotent)
             trials += 1
-    assert trials >= 100
+    assert trials >= 80  # every save and effect of a 6-turn ledger run is a kill point
 
 
 class KillAfterTurnTwo(SQLiteStore):
