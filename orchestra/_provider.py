@@ -23,6 +23,7 @@ everywhere the process writes.
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 import os
 from collections.abc import Collection, Mapping, Sequence
@@ -106,13 +107,19 @@ def _unparseable(call: Mapping[str, Any]) -> str | None:
     """The call's arguments if they are text that is not JSON, else None."""
     function = call.get("function")
     text = function.get("arguments") if isinstance(function, Mapping) else None
-    if not isinstance(text, str):
+    if not isinstance(text, str) or _is_json(text):
         return None
+    return text
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_json(text: str) -> bool:
+    """Whether ``text`` parses as JSON (a past call's arguments: asked again every turn)."""
     try:
         json.loads(text)
     except (ValueError, RecursionError):
-        return text
-    return None
+        return False
+    return True
 
 
 @attrs.frozen(kw_only=True)

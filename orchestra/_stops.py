@@ -17,6 +17,7 @@ Predicates are synchronous and must not block: they run on the trio thread.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -92,6 +93,13 @@ def _entry(call: dict[str, Any], result: Any) -> tuple[str, str, str]:
 
 
 def _canonical(arguments: Any) -> str:
+    if isinstance(arguments, str):
+        return _canonical_text(arguments)
+    return str(arguments)
+
+
+@functools.lru_cache(maxsize=1024)
+def _canonical_text(arguments: str) -> str:
     try:
         return json.dumps(json.loads(arguments or "{}"), sort_keys=True)
     except (TypeError, ValueError, RecursionError):

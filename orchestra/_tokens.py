@@ -104,7 +104,22 @@ def encoding() -> tiktoken.Encoding:
 
 
 def count_text(text: str) -> int:
-    """Tokens of ``text`` (special tokens counted as plain text)."""
+    """Tokens of ``text`` (special tokens counted as plain text).
+
+    Texts up to :data:`_REMEMBERED_UP_TO` characters are counted once per
+    process: an agent's instructions, its task wordings, roles, tool names and
+    common results recur in every run.
+    """
+    if len(text) <= _REMEMBERED_UP_TO:
+        return _count_short(text)
+    return len(encoding().encode(text, disallowed_special=()))
+
+
+_REMEMBERED_UP_TO = 4096
+
+
+@functools.lru_cache(maxsize=8192)
+def _count_short(text: str) -> int:
     return len(encoding().encode(text, disallowed_special=()))
 
 
