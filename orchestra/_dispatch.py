@@ -354,14 +354,20 @@ async def run_call(run: LiveRun, call: Call) -> None:
     run.emit("tool_start", tool=call.tool.name, call_id=call.id, args=call.arguments)
     started, limit = trio.current_time(), time_limit(run, call.tool)
     outcome: Outcome | None = None
-    with trio.move_on_after(limit) as scope:
-        outcome = await _outcome(run, call, _context(run, call, started, limit))
+    timed_out = False
+    ctx = _context(run, call, started, limit)
+    if limit == float("inf"):  # no scope to set up (and to unwind when the tree is cancelled)
+        outcome = await _outcome(run, call, ctx)
+    else:
+        with trio.move_on_after(limit) as scope:
+            outcome = await _outcome(run, call, ctx)
+        timed_out = scope.cancelled_caught
     if isinstance(outcome, Interruption):  # a descendant stopped for a human: so does this run
         stop_for_human(run, outcome)
         return
     ms = round((trio.current_time() - started) * 1000, 1)
     run.charge(Usage(tool_runs=1))
-    if outcome is None or scope.cancelled_caught:
+    if outcome is None or timed_out:
         _timed_out(run, call, limit, ms)
         return
     text, ok, exit_ = outcome
