@@ -341,9 +341,13 @@ class Runner:
 
     def _let_go(self, root_id: str) -> None:
         """Release the tree: its lease (if still ours) and cancel requests nobody applied."""
-        if root_id not in self._lost:
+        if root_id in self._lost:
+            self._lease("release_lease", root_id)
+        elif hasattr(self.store, "let_go"):
+            self._lease("let_go", root_id)  # both in one transaction
+        else:
             self._store_call("clear_cancels", root_id)
-        self._lease("release_lease", root_id)
+            self._lease("release_lease", root_id)
 
     def _lease(self, method: str, root_id: str, **kwargs: Any) -> None:
         self._store_call(method, root_id, self.owner, **kwargs)

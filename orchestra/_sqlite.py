@@ -463,6 +463,12 @@ class SQLiteStore:
             return None
         return str(rows[0][0])
 
+    def let_go(self, root_id: str, owner: str) -> None:
+        """:meth:`clear_cancels` and :meth:`release_lease` in one transaction (a tree stopped)."""
+        with self._write(f"let go of {root_id!r}") as conn:
+            conn.execute("DELETE FROM cancels WHERE root_id = ?", (root_id,))
+            conn.execute("DELETE FROM leases WHERE root_id = ? AND owner = ?", (root_id, owner))
+
     def release_lease(self, root_id: str, owner: str) -> None:
         """Drop ``owner``'s lease on ``root_id``; another owner's lease is left alone."""
         with self._write(f"release lease on {root_id!r}") as conn:

@@ -634,3 +634,16 @@ def test_a_version_1_file_is_migrated_in_place(db: Path) -> None:
         assert store.load("r1") == old
         assert conn.execute("SELECT value FROM meta").fetchone() == (2,)
         assert conn.execute("SELECT count(*) FROM messages").fetchone() == (5,)
+
+
+def test_let_go_clears_the_trees_cancels_and_releases_its_lease(store: SQLiteStore) -> None:
+    store.save(make_state("root"))
+    store.save(make_state("other"))
+    store.acquire_lease("root", "me")
+    store.acquire_lease("other", "me")
+    store.request_cancel("root", "stop")
+    store.request_cancel("other", "stop")
+    store.let_go("root", "me")
+    assert store.pending_cancels() == {"other": "stop"}
+    assert store.lease_holder("root") is None
+    assert store.lease_holder("other") == "me"
