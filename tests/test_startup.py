@@ -3,7 +3,7 @@
 Each case runs in a fresh interpreter: the command line's own code path
 (``orchestra._cli.run``) with the given arguments, then a look at
 ``sys.modules`` and at whether the tokenizer was built. Timings are in
-``tools/bench_startup.py``.
+``python tools/benchmarks.py --only startup``.
 """
 
 from __future__ import annotations
