@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         StoreError,
         TokenizerError,
         ToolError,
+        ToolOutcomeUnknown,
     )
     from ._margin import FIRST_MARGIN, Calibration, Margin
     from ._money import Price, PriceTable
@@ -104,6 +105,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolError",
+    "ToolOutcomeUnknown",
     "ToolPolicy",
     "Usage",
     "catalog",
@@ -145,6 +147,7 @@ _MODULE_OF: dict[str, str] = {
             "StoreError",
             "TokenizerError",
             "ToolError",
+            "ToolOutcomeUnknown",
         ),
         "_margin": ("FIRST_MARGIN", "Calibration", "Margin"),
         "_money": ("Price", "PriceTable"),

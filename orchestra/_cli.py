@@ -77,6 +77,25 @@ store_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 
 
+def mcp_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--mcp COMMAND`` and ``--mcp-url URL``, each repeatable (needs the mcp extra)."""
+    fn = click.option(
+        "--mcp-url",
+        "mcp_urls",
+        multiple=True,
+        metavar="URL",
+        help="An MCP server over streamable HTTP (repeatable).",
+    )(fn)
+    return click.option(
+        "--mcp",
+        "mcp_commands",
+        multiple=True,
+        metavar="COMMAND",
+        help="An MCP server to start, e.g. 'python examples/mcp_files.py DIR' (repeatable): "
+        "its tools join the agent's, replacing catalog tools of the same name.",
+    )(fn)
+
+
 def otlp_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``--otlp``: export spans over OTLP (standard ``OTEL_*`` variables apply);
     ``--provider-name`` and ``--capture-content`` say what the spans hold."""
@@ -196,17 +215,17 @@ def _start(
     from ._tokens import encoding
 
     encoding()  # load the tokenizer before the clock starts
-    agent = session.recipe.agent(limits)
     root_id = new_run_id()
 
-    async def go(runner: Any) -> Any:
+    async def go(runner: Any, mcp_tools: Any) -> Any:
+        agent = session.recipe.agent(limits, mcp_tools)
         return await runner.run(agent, task, run_id=root_id, metadata=session.recipe.metadata())
 
     result, elapsed = _drive(session, root_id, go)
     _finish(result, session, elapsed, as_json, store_path, spans)
 
 
-def _drive(session: Session, root_id: str, go: Callable[[Any], Any]) -> tuple[Any, float]:
+def _drive(session: Session, root_id: str, go: Callable[[Any, Any], Any]) -> tuple[Any, float]:
     """Run ``go`` under the session's supervision on trio; its result and elapsed ms."""
     import stamina.instrumentation
     import trio
@@ -374,6 +393,7 @@ def api_key_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 @otlp_options
 @tokens_option
 @money_options
+@mcp_options
 def demo(
     scenario: str,
     max_turns: int | None,
@@ -397,6 +417,8 @@ def demo(
     otlp_endpoint: str | None,
     provider_name: str | None,
     capture_content: bool,
+    mcp_commands: tuple[str, ...],
+    mcp_urls: tuple[str, ...],
 ) -> None:
     """Run SCENARIO against the embedded scripted provider.
 
@@ -416,6 +438,7 @@ def demo(
         child_budget=child_budget,
         child_turns=child_turns,
         provider_name=provider_name,
+        mcp=(*mcp_commands, *mcp_urls),
         **_money_fields(money),
     )
     if max_turns is None:
@@ -504,6 +527,7 @@ def demo(
 @otlp_options
 @tokens_option
 @money_options
+@mcp_options
 def run_command(
     task: str,
     base_url: str,
@@ -529,6 +553,8 @@ def run_command(
     otlp_endpoint: str | None,
     provider_name: str | None,
     capture_content: bool,
+    mcp_commands: tuple[str, ...],
+    mcp_urls: tuple[str, ...],
 ) -> None:
     """Run TASK with the file catalog against any OpenAI-compatible endpoint.
 
@@ -551,6 +577,7 @@ def run_command(
         request_timeout=request_timeout,
         max_tokens=max_tokens,
         provider_name=provider_name,
+        mcp=(*mcp_commands, *mcp_urls),
         **_money_fields(money),
     )
     click.echo(f"sandbox: {recipe.directory} (tools: {', '.join(tools)})", err=True)
@@ -614,10 +641,10 @@ def resume(
     )
     encoding()
 
-    async def go(runner: Any) -> Any:
+    async def go(runner: Any, mcp_tools: Any) -> Any:
         return await runner.resume(
             state.run_id,
-            recipe.agent(state.limits),
+            recipe.agent(state.limits, mcp_tools),
             limits=raised,
             note="raised from the command line" if raised else "",
         )
@@ -844,6 +871,70 @@ def trace(run_id: str, store_path: str | None, as_json: bool) -> None:
     else:
         for event in events:
             click.echo(json.dumps(event, sort_keys=False))
+
+
+@main.command("console")
+@click.option(
+    "--port",
+    type=count(65535),
+    default=8421,
+    show_default=True,
+    help="Port on 127.0.0.1 (0: any free one; the URL says which).",
+)
+@store_option
+def console_command(port: int, store_path: str | None) -> None:
+    """Serve the web console on 127.0.0.1 until Ctrl-C (or SIGTERM).
+
+    Recent runs; each tree live with its costs against its budgets, the
+    transcript and events of every run; buttons to approve or reject a call,
+    resume a tree and stop a running one. Resumes it started stop with it
+    (saved, resumable). Needs: pip install 'orchestra[console]'.
+    """
+    from .console import missing_packages
+
+    missing = missing_packages()
+    if missing:
+        raise CommandError(
+            f"the console needs {' and '.join(missing)}: pip install 'orchestra[console]'"
+        )
+    from .console._server import bind, run_console
+
+    store = _store(store_path)
+    try:
+        sock = bind(port)
+    except OSError as exc:
+        raise CommandError(f"cannot serve on 127.0.0.1:{port}: {_reason(exc)}") from exc
+    run_console(store=store, sock=sock)
+
+
+@main.group("mcp")
+def mcp_group() -> None:
+    """Look at MCP servers (needs the mcp extra: pip install 'orchestra[mcp]')."""
+
+
+@mcp_group.command("list")
+@click.argument("server")
+@json_option
+def mcp_list(server: str, as_json: bool) -> None:
+    """List the tools of SERVER (a command to start, or an http(s) URL) with the
+    flags Orchestra derives from their hints: read-only, needs approval, idempotent."""
+    import trio
+
+    from ._cli_recipe import Recipe
+
+    async def tools() -> Any:
+        async with Recipe(directory=".", mcp=(server,)).mcp_tools() as found:
+            return found
+
+    found = trio.run(tools)
+    if as_json:
+        keys = ("name", "read_only", "needs_approval", "idempotent", "description")
+        click.echo(json.dumps([{k: getattr(t, k) for k in keys} for t in found], sort_keys=True))
+        return
+    from .mcp._convert import describe
+
+    for tool in found:
+        click.echo(describe(tool))
 
 
 @main.command("serve-scripted")

@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ._cli_money import Money
-from ._exceptions import StateError
+from ._exceptions import ConfigError, StateError
 from ._money import PriceTable
 from ._state import Limits, RunState
 
 if TYPE_CHECKING:  # imported where used: `orchestra --help` and `show` need none of them
     from ._agent import Agent, ToolPolicy
     from ._provider import OpenAIProvider
+    from ._tools import Tool
 
 __all__ = ["Recipe"]
 
@@ -42,6 +43,10 @@ RUN_MAX_TOKENS = 1024
 """``orchestra run``'s default ``max_tokens`` per reply."""
 SCRIPTED_PROVIDER = "orchestra.scripted"
 """``gen_ai.provider.name`` of the demos' embedded scripted server."""
+
+
+def _strings(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
 
 
 def _tool_names(names: Iterable[str] | None) -> tuple[str, ...] | None:
@@ -76,6 +81,9 @@ class Recipe:
     provider_name: str | None = None
     """``gen_ai.provider.name`` on spans (``--provider-name``); None: the
     provider's default (``orchestra.scripted`` for a demo's embedded server)."""
+    mcp: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    """MCP servers whose tools the root agent gets (``--mcp`` commands, ``--mcp-url``
+    URLs); a resume connects to them again."""
     faults: bool = True
     """Whether the embedded scripted server plays the scenario's fault modifiers."""
 
@@ -129,8 +137,30 @@ class Recipe:
         wording = generic_errors if self.errors == "generic" else detailed_errors
         return ToolPolicy(dedupe=self.dedupe, error_text=wording, fatal_errors=self.fatal_errors)
 
-    def agent(self, limits: Limits) -> Agent:
-        """The root agent (``limits`` are its defaults for a new run)."""
+    def agent(self, limits: Limits, mcp_tools: tuple[Tool, ...] = ()) -> Agent:
+        """The root agent (``limits`` are its defaults for a new run), with
+        ``mcp_tools`` in place of catalog tools of the same name."""
+        agent = self._agent(limits)
+        if not mcp_tools:
+            return agent
+        offered = {tool.name: tool for tool in mcp_tools}
+        kept = tuple(offered.pop(t.name, t) for t in agent.tools)
+        return attrs.evolve(agent, tools=(*kept, *offered.values()))
+
+    @asynccontextmanager
+    async def mcp_tools(self) -> AsyncIterator[tuple[Tool, ...]]:
+        """The tools of this recipe's MCP servers, connected for the block."""
+        if not self.mcp:
+            yield ()
+            return
+        try:
+            from .mcp import open_tools, parse_server
+        except ModuleNotFoundError as exc:
+            raise ConfigError(str(exc)) from None
+        async with open_tools(*(parse_server(s) for s in self.mcp)) as tools:
+            yield tools
+
+    def _agent(self, limits: Limits) -> Agent:
         from ._agent import Agent
         from ._catalog import catalog
         from ._demo import demo_agent

@@ -24,6 +24,7 @@ from ._result import RunResult, child_order
 from ._runner import Runner
 from ._state import RunState, Status
 from ._store import Store
+from ._tools import Tool
 
 __all__ = ["report", "supervise", "tree_result"]
 
@@ -93,9 +94,10 @@ def _live_view(session: Session) -> Iterator[EventSink | None]:
 
 
 async def supervise(
-    session: Session, root_id: str, go: Callable[[Runner], Awaitable[RunResult]]
+    session: Session, root_id: str, go: Callable[[Runner, tuple[Tool, ...]], Awaitable[RunResult]]
 ) -> tuple[RunResult, float]:
-    """Run ``go`` with signal handling and the live view; its result and elapsed ms.
+    """Run ``go`` with signal handling and the live view, given the recipe's MCP
+    tools (connected for the run); its result and elapsed ms.
 
     The live view (if any) is cleared before this returns.
     """
@@ -103,7 +105,13 @@ async def supervise(
     if session.trace:
         trace = JsonlSink(sys.stderr) if session.trace == "-" else JsonlSink(path=session.trace)
     with _live_view(session) as live:
-        async with session.recipe.provider(session.api_key) as provider:
+        async with (
+            session.recipe.provider(session.api_key) as provider,
+            session.recipe.mcp_tools() as mcp_tools,
+        ):
+            if mcp_tools:
+                names = ", ".join(t.name for t in mcp_tools)
+                print(f"mcp: {names} (from {len(session.recipe.mcp)} server(s))", file=sys.stderr)
             runner = Runner(
                 provider=provider,
                 store=session.store,
@@ -117,7 +125,7 @@ async def supervise(
                 nursery.start_soon(_signals, runner, root_id)
                 if session.cancel_after is not None:
                     nursery.start_soon(_cancel_later, runner, root_id, session.cancel_after)
-                result = await go(runner)
+                result = await go(runner, mcp_tools)
                 nursery.cancel_scope.cancel()
             elapsed = (trio.current_time() - started) * 1000
     if trace:

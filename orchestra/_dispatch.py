@@ -26,6 +26,7 @@ from typing import Any
 import attrs
 import trio
 
+from ._exceptions import ToolOutcomeUnknown
 from ._redact import redact
 from ._run import ChildWaiting, Exit, LiveRun
 from ._state import Interruption, InterruptionKind, RunState, Status, Usage
@@ -370,6 +371,9 @@ async def run_call(run: LiveRun, call: Call) -> None:
     if outcome is None or timed_out:
         _timed_out(run, call, limit, ms)
         return
+    if isinstance(outcome, ToolOutcomeUnknown):
+        _lost_touch(run, call, outcome, ms)
+        return
     text, ok, exit_ = outcome
     run.emit("tool_result", tool=call.tool.name, call_id=call.id, ms=ms, ok=ok)
     record_result(run, call.id, text)
@@ -377,9 +381,10 @@ async def run_call(run: LiveRun, call: Call) -> None:
         run.finish(exit_)
 
 
-Outcome = tuple[str, bool, Exit | None] | Interruption
+Outcome = tuple[str, bool, Exit | None] | Interruption | ToolOutcomeUnknown
 """A finished call: its result text, whether it succeeded, the run's exit if
-that is fatal; or the wait for a human a child run stopped on."""
+that is fatal; or the wait for a human a child run stopped on; or a write
+whose effect is unknown."""
 
 
 async def _outcome(run: LiveRun, call: Call, ctx: ToolContext) -> Outcome:
@@ -388,6 +393,8 @@ async def _outcome(run: LiveRun, call: Call, ctx: ToolContext) -> Outcome:
         return await call.tool.run(call.arguments, ctx), True, None
     except ChildWaiting as waiting:
         return waiting.interruption
+    except ToolOutcomeUnknown as exc:
+        return exc if not call.tool.read_only else _on_error(run, call, exc)
     except Exception as exc:
         return _on_error(run, call, exc)
 
@@ -416,14 +423,33 @@ def _timed_out(run: LiveRun, call: Call, limit: float, ms: float) -> None:
         text = f"Error: {name} timed out after {limit:g} s and was stopped; it returned nothing."
         record_result(run, call.id, text)
         return
+    _in_doubt(run, call, f"{name} timed out after {limit:g} s")
+
+
+def _lost_touch(run: LiveRun, call: Call, exc: ToolOutcomeUnknown, ms: float) -> None:
+    """A write that lost touch with what it acted on (e.g. its MCP server died)."""
+    run.emit(
+        "tool_error",
+        tool=call.tool.name,
+        call_id=call.id,
+        error_type=exception_type(exc),
+        error=redact(str(exc))[:1000],
+        in_doubt=True,
+        ms=ms,
+    )
+    _in_doubt(run, call, f"{call.tool.name} failed mid-call ({redact(str(exc))[:300]})")
+
+
+def _in_doubt(run: LiveRun, call: Call, what: str) -> None:
+    """Stop for a human: ``call`` (a write) may or may not have taken effect."""
     retry = (
         "resume to run it again with the same idempotency key"
         if call.tool.idempotent
         else "approve to run it again"
     )
     reason = (
-        f"{name} timed out after {limit:g} s and its outcome is unknown (it may or may "
-        f"not have taken effect); {retry}, or reject saying what happened"
+        f"{what} and its outcome is unknown (it may or may not have taken effect); "
+        f"{retry}, or reject saying what happened"
     )
     stop_for_human(run, _waiting(run, call, InterruptionKind.UNKNOWN_OUTCOME, reason))
 

@@ -10,7 +10,8 @@ for misuse and for failures of the things around a run::
     │   ├── ProviderHTTPError    transport failure or a non-2xx status
     │   └── ProviderReplyError   a 2xx reply that is not a chat completion
     ├── ToolError                raised *by tools* to report a failure
-    │   └── PermanentToolError   a failure the model cannot fix by retrying
+    │   ├── PermanentToolError   a failure the model cannot fix by retrying
+    │   └── ToolOutcomeUnknown   the tool cannot tell whether its effect happened
     ├── StateError               saved state that cannot be used
     │   ├── SchemaVersionError   saved by an unknown schema version
     │   ├── RunNotFound          no run with that id in the store
@@ -40,6 +41,7 @@ __all__ = [
     "StoreError",
     "TokenizerError",
     "ToolError",
+    "ToolOutcomeUnknown",
 ]
 
 
@@ -86,6 +88,15 @@ class PermanentToolError(ToolError):
     """A tool failure retrying cannot fix (permission denied, unsupported operation).
 
     The run stops ``failed`` with this message instead of looping to its turn cap.
+    """
+
+
+class ToolOutcomeUnknown(ToolError):
+    """The tool lost touch with what it acted on mid-call (a server that died).
+
+    For a read this is an ordinary failure the model may act on. For a write
+    the effect may or may not have happened: the run stops ``interrupted``
+    (``unknown_outcome``) for a human, exactly as when a write times out.
     """
 
 

@@ -19,9 +19,24 @@ def test_version_comes_from_the_package_metadata() -> None:
     assert result.stdout == f"orchestra {version('orchestra')}\n"
 
 
-@pytest.mark.parametrize("name", sorted(main.commands))
+def _leaves(group: click.Group, prefix: str = "") -> dict[str, click.Command]:
+    """Every command, a group's subcommands by "group sub"."""
+    found: dict[str, click.Command] = {}
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            assert command.help, name
+            found.update(_leaves(command, f"{prefix}{name} "))
+        else:
+            found[prefix + name] = command
+    return found
+
+
+COMMANDS = _leaves(main)
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_every_option_of_every_command_has_help(name: str) -> None:
-    command = main.commands[name]
+    command = COMMANDS[name]
     options = [p for p in command.params if isinstance(p, click.Option)]
     assert options
     assert [o.opts[0] for o in options if not o.help] == []

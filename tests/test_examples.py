@@ -31,9 +31,12 @@ UNTIMED = (
     "approval",
     "approval_resume",
     "research_budgets",
+    "mcp_research",
 )
 NEED_A_SERVICE = ("research_trace", "six_tasks")
 """Examples that need Jaeger or a local model server: not run here."""
+SERVERS = ("mcp_files",)
+"""Not claims: servers other examples and tests start (tests/mcp drives mcp_files)."""
 TIMEOUT_S = 120.0
 
 
@@ -93,7 +96,7 @@ def number(cell: str) -> int:
 
 def test_every_example_is_run_here_or_needs_a_service() -> None:
     scripts = {p.stem for p in EXAMPLES.glob("*.py")}
-    assert scripts == {*UNTIMED, *TIMED, *NEED_A_SERVICE}
+    assert scripts == {*UNTIMED, *TIMED, *NEED_A_SERVICE, *SERVERS}
 
 
 def test_exits_0_with_a_table_in_80_columns(example: tuple[str, Ran]) -> None:
@@ -240,3 +243,11 @@ def test_cancel_tree_stops_every_run(ran: dict[str, Ran]) -> None:
     )
     assert match, ran["cancel_tree"].out
     assert match[1] == match[3] == "21" and float(match[2]) < 100
+
+
+def test_mcp_research_children_work_through_mcp_tools(ran: dict[str, Ran]) -> None:
+    r = ran["mcp_research"]
+    rows = [line.split() for line in r.lines if " completed " in line and "tree:" not in line]
+    assert len(rows) == 3
+    assert all(row[-4] == "3" and row[-3] == "2" for row in rows)  # 3 turns, 2 MCP tool runs
+    assert "tree: completed" in r.out

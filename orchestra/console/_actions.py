@@ -1,0 +1,75 @@
+"""What the console's buttons do to the store: the same as the CLI's commands.
+
+Stop is ``orchestra cancel``: a cancel request in the store, which the
+process running the tree applies within its watcher's poll (or, if that
+process died, the stop recorded here). Approve and reject are ``orchestra
+approve``/``reject`` of the call the page showed. Resume is checked here and
+started as a process of its own (:mod:`orchestra.console._launches`).
+
+Synchronous: the server calls these in a worker thread. Each raises an
+:class:`~orchestra.OrchestraError` saying, in one line, why it cannot be done.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from .._approval import approve, cancel_unowned, reject
+from .._cli_recipe import Recipe
+from .._exceptions import StateError
+from .._sqlite import SQLiteStore
+from .._state import Status
+
+__all__ = ["STOP_REASON", "approve_call", "check_resumable", "reject_call", "stop_tree"]
+
+STOP_REASON = "stopped from the console"
+
+
+def stop_tree(store: SQLiteStore, root_id: str) -> None:
+    """Cancel the whole running tree ``root_id``.
+
+    Raises:
+        StateError: the tree is not running.
+    """
+    state = store.load(root_id)
+    if state.status is not Status.RUNNING:
+        raise StateError(f"run {root_id} is not running: it ended {state.status.value}")
+    if store.lease_holder(root_id) is not None:
+        store.request_cancel(root_id, STOP_REASON)
+        return
+    owner = f"pid {os.getpid()} on {socket.gethostname()}"  # its process died: stop it here
+    cancel_unowned(store, root_id, STOP_REASON, owner)
+
+
+def approve_call(store: SQLiteStore, root_id: str, call_id: str) -> None:
+    """Approve call ``call_id``, which the tree ``root_id`` waits on."""
+    approve(store, root_id, call_id or None)
+
+
+def reject_call(store: SQLiteStore, root_id: str, call_id: str, reason: str) -> None:
+    """Reject call ``call_id`` of the tree ``root_id``; ``reason`` is what the model is told."""
+    reject(store, root_id, call_id or None, reason)
+
+
+def check_resumable(store: SQLiteStore, root_id: str) -> None:
+    """Raise unless ``orchestra resume ROOT_ID`` can go on with the tree now.
+
+    Raises:
+        StateError: it is a child, it completed or failed, it stopped at a limit
+            (raising one is for the command line), a process runs it, or it
+            was not started by the CLI (nothing saved to rebuild its agent).
+    """
+    state = store.load(root_id)
+    if state.parent_id is not None:
+        raise StateError(f"run {root_id} is a child run; resume its tree from the root")
+    if state.status is Status.RUNNING and store.lease_holder(root_id) is not None:
+        raise StateError(f"run {root_id} is running in another process")
+    if state.status in (Status.COMPLETED, Status.FAILED):
+        raise StateError(f"run {root_id} ended {state.status.value}: there is nothing to resume")
+    if state.status not in (Status.INTERRUPTED, Status.RUNNING):
+        raise StateError(
+            f"run {root_id} stopped at a limit ({state.status.value}); raise it to go on: "
+            f"orchestra resume {root_id} --max-turns/--max-budget/--timeout ..."
+        )
+    Recipe.of(state)  # raises if the run cannot be rebuilt in another process

@@ -1,0 +1,77 @@
+"""MCP tools and results in Orchestra's terms: flags from hints, results in words."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from .._exceptions import ConfigError, ToolError
+from .._tools import Tool
+
+__all__ = ["flags", "result_text", "tool_name"]
+
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def tool_name(name: str, server: str) -> str:
+    """The server's tool name, if a chat-completions request can carry it."""
+    if not _NAME.fullmatch(name):
+        raise ConfigError(
+            f"MCP server {server}: tool name {name!r} cannot be declared to a model "
+            "(it must match [A-Za-z0-9_-]{1,64})"
+        )
+    return name
+
+
+def flags(annotations: Any) -> dict[str, bool]:
+    """``read_only``, ``needs_approval`` and ``idempotent`` from the tool's hints.
+
+    No hints: a write that needs approval (the MCP defaults: not read-only,
+    destructive). A read-only tool is idempotent and never needs approval.
+    """
+    read_only = bool(getattr(annotations, "read_only_hint", None))
+    if read_only:
+        return {"read_only": True, "needs_approval": False, "idempotent": True}
+    destructive = getattr(annotations, "destructive_hint", None)
+    idempotent = bool(getattr(annotations, "idempotent_hint", None))
+    return {
+        "read_only": False,
+        "needs_approval": destructive is not False,
+        "idempotent": idempotent,
+    }
+
+
+def result_text(result: Any) -> str:
+    """A ``CallToolResult`` as a tool result; an error result raises :class:`ToolError`."""
+    parts = [_part(block) for block in result.content or ()]
+    if not any(parts) and result.structured_content is not None:
+        parts = [json.dumps(result.structured_content, sort_keys=True, ensure_ascii=False)]
+    text = "\n".join(p for p in parts if p)
+    if result.is_error:
+        raise ToolError(text or "the MCP tool reported an error and said nothing more")
+    return text or "(the tool returned nothing)"
+
+
+def _part(block: Any) -> str:
+    kind = getattr(block, "type", None)
+    if kind == "text":
+        return str(block.text)
+    if kind in ("image", "audio"):
+        return f"[{kind}: {block.mime_type}, {len(block.data) * 3 // 4:,} bytes, not shown]"
+    if kind == "resource":
+        inner = block.resource
+        return str(getattr(inner, "text", None) or f"[resource {inner.uri}, binary, not shown]")
+    if kind == "resource_link":
+        return f"[resource {block.uri}]"
+    return f"[{kind or 'unknown'} content, not shown]"
+
+
+def describe(tool: Tool) -> str:
+    """One line of ``orchestra mcp list``: the name and the flags we derived."""
+    derived = [
+        "read-only" if tool.read_only else "write",
+        *(["needs approval"] if tool.needs_approval else []),
+        *(["idempotent"] if tool.idempotent and not tool.read_only else []),
+    ]
+    return f"{tool.name}  ({', '.join(derived)})  {tool.description.splitlines()[0]}"

@@ -1,0 +1,31 @@
+"""Fixtures of the console tests: a console over the test's store, where screenshots go."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from console_support import Served, start_console, stop_console
+
+
+@pytest.fixture
+def console(private_store: Path) -> Iterator[Served]:
+    """``orchestra console --port 0`` over the test's store; stopped (SIGTERM) after the
+    test, which it must survive with exit code 0."""
+    private_store.parent.mkdir(parents=True, exist_ok=True)
+    served = start_console(private_store)
+    try:
+        yield served
+    finally:
+        stop_console(served)
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    """Where screenshots go: ``$ORCHESTRA_ARTIFACTS``, else ``.artifacts/console`` in the repo."""
+    default = Path(__file__).resolve().parents[2] / ".artifacts" / "console"
+    path = Path(os.environ.get("ORCHESTRA_ARTIFACTS") or default)
+    path.mkdir(parents=True, exist_ok=True)
+    return path

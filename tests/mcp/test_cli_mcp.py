@@ -1,0 +1,85 @@
+"""The command line with MCP servers: `orchestra mcp list`, `run --mcp`, `demo --mcp`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install 'orchestra[mcp]')")
+
+from orchestra import SQLiteStore
+from orchestra.testing import make_sandbox
+
+FILES = Path(__file__).parents[2] / "examples" / "mcp_files.py"
+OTHER_ERROR = "2026-12-03 02:00:01 ERROR worker 9 timed out after 12345 ms on the mcp side"
+
+
+def orchestra(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "orchestra", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def mcp_dir(tmp_path: Path) -> Path:
+    """A directory served over MCP whose errors.log differs from the sandbox's."""
+    directory = make_sandbox(tmp_path / "served")
+    (directory / "errors.log").write_text(OTHER_ERROR + "\n")
+    return directory
+
+
+def read_results(store: Path, stdout: str) -> str:
+    """The tool results of the run the command printed, as one text."""
+    with SQLiteStore(store) as runs:
+        state = runs.load(json.loads(stdout)["run_id"])
+    return "\n".join(m["content"] for m in state.messages if m["role"] == "tool")
+
+
+def server(directory: Path) -> str:
+    return f"{sys.executable} {FILES} {directory}"
+
+
+def test_mcp_list_shows_each_tool_with_the_flags_derived_from_its_hints(mcp_dir: Path) -> None:
+    listed = orchestra("mcp", "list", server(mcp_dir))
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].startswith("list_files  (read-only)")
+    assert any(line.startswith("delete_file  (write, needs approval)") for line in lines)
+    assert any(line.startswith("touch  (write, idempotent)") for line in lines)
+    as_json = json.loads(orchestra("mcp", "list", server(mcp_dir), "--json").stdout)
+    assert {t["name"]: t["read_only"] for t in as_json}["read_file"] is True
+
+
+def test_a_server_that_cannot_start_is_one_line_and_exit_2() -> None:
+    failed = orchestra("mcp", "list", "/nonexistent/mcp-server")
+    assert failed.returncode == 2
+    assert failed.stderr.strip().splitlines() == [
+        "error: MCP server /nonexistent/mcp-server: cannot connect: "
+        "[Errno 2] No such file or directory: '/nonexistent/mcp-server'"
+    ]
+
+
+def test_a_demo_scenario_uses_the_servers_tools(mcp_dir: Path, tmp_path: Path) -> None:
+    sandbox = make_sandbox(tmp_path / "sandbox")
+    ran = orchestra(
+        "demo", "plan", "--mcp", server(mcp_dir), "--dir", str(sandbox), "--json",
+        "--store", str(tmp_path / "runs.db"),
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert "mcp: list_files, read_file" in ran.stderr
+    assert OTHER_ERROR in read_results(tmp_path / "runs.db", ran.stdout)  # over MCP, not --dir
+
+
+def test_run_uses_the_servers_tools_against_an_endpoint(
+    mcp_dir: Path, tmp_path: Path, server_url: str
+) -> None:
+    ran = orchestra(
+        "run", "Why did the nightly job fail?", "--base-url", server_url, "--model", "plan",
+        "--mcp", server(mcp_dir), "--dir", str(tmp_path), "--json",
+        "--store", str(tmp_path / "runs.db"),
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert OTHER_ERROR in read_results(tmp_path / "runs.db", ran.stdout)
