@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 import trio
@@ -24,6 +25,7 @@ from orchestra import (
     Runner,
     Status,
     ToolPolicy,
+    tool,
 )
 from orchestra.mcp import HttpServer, StdioServer, open_tools, parse_server
 from orchestra.testing import DONE, FakeProvider, make_sandbox, tool_calls
@@ -96,35 +98,56 @@ async def test_a_destructive_tool_waits_for_approval(sandbox: Path) -> None:
     assert not (sandbox / "access.log").exists()
 
 
-async def test_one_cancel_stops_children_inside_slow_mcp_calls(sandbox: Path) -> None:
+async def test_one_cancel_stops_children_inside_slow_mcp_calls_as_fast_as_our_own(
+    sandbox: Path,
+) -> None:
+    async with open_tools(files_server(sandbox)) as mcp_tools:
+        mcp_ms = min([await _stop_ms(mcp_tools) for _ in range(3)])
+    own_ms = min([await _stop_ms((_own_scan,)) for _ in range(3)])
+    print(f"tree stop: MCP tools {mcp_ms:.1f} ms, our own tool {own_ms:.1f} ms")
+    assert mcp_ms < max(3 * own_ms, own_ms + 20), (mcp_ms, own_ms)
+
+
+@tool(read_only=True)
+async def _own_scan(query: str, seconds: float = 3.0) -> str:
+    """Scan the archive (our own slow tool, beside the MCP one of the same name).
+
+    Args:
+        query: what to look for.
+        seconds: how long it takes.
+    """
+    await trio.sleep(seconds)
+    return "done"
+
+
+async def _stop_ms(tools: Any) -> float:
+    """ms from one cancel to the stop of a 6-run tree, each child inside a 600 s scan."""
     scan = tool_calls(("scan_archive", {"query": "timeout", "seconds": 600}))
-    async with open_tools(files_server(sandbox)) as tools:
-        child = agent(tools)
-        ask = tool_calls(*(("research", {"question": f"q{i}"}) for i in range(5)))
-        root = Agent(
-            name="root",
-            model="root",
-            instructions="Delegate.",
-            tools=(child.as_tool(name="research", description="Ask a researcher."),),
-            limits=Limits(max_turns=30),
-        )
-        provider = _ByModel(root=FakeProvider(ask, DONE), m=FakeProvider(scan, DONE))
-        scans = _Counter(5)
-        runner = Runner(provider=provider, sink=scans)
-        async with trio.open_nursery() as nursery:
-            handle = await runner.start(nursery, root, "research")
-            with trio.fail_after(30):
-                await scans.all_started.wait()
-            await trio.sleep(0.3)  # the scans are in flight on the server
-            t0 = time.perf_counter()
-            handle.cancel("Stop")
-            result = await handle.wait()
-            stop_ms = (time.perf_counter() - t0) * 1000
+    ask = tool_calls(*(("research", {"question": f"q{i}"}) for i in range(5)))
+    tools = tuple(attrs.evolve(t, name="scan_archive") if t is _own_scan else t for t in tools)
+    root = Agent(
+        name="root",
+        model="root",
+        instructions="Delegate.",
+        tools=(agent(tools).as_tool(name="research", description="Ask a researcher."),),
+        limits=Limits(max_turns=30),
+    )
+    scans = _Counter(5)
+    provider = _ByModel(root=FakeProvider(ask, DONE), m=FakeProvider(scan, DONE))
+    runner = Runner(provider=provider, sink=scans)
+    async with trio.open_nursery() as nursery:
+        handle = await runner.start(nursery, root, "research")
+        with trio.fail_after(30):
+            await scans.all_started.wait()
+        await trio.sleep(0.3)  # the scans are in flight (on the server, for MCP)
+        t0 = time.perf_counter()
+        handle.cancel("Stop")
+        result = await handle.wait()
+        stop_ms = (time.perf_counter() - t0) * 1000
     runs = result.walk()
     assert len(runs) == 6
     assert {r.status for r in runs} == {Status.INTERRUPTED}
-    assert stop_ms < 500, f"{stop_ms:.1f} ms from cancel to the whole tree stopped"
-    print(f"MCP tree stop: {stop_ms:.1f} ms")
+    return stop_ms
 
 
 class _Counter:
