@@ -17,20 +17,78 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import orjson
 
 from ._exceptions import StateError
-from ._serde import state_from_dict, state_to_dict
-from ._state import RunState
+from ._redact import redact
+from ._serde import state_from_dict
+from ._state import Interruption, LimitRaise, Limits, RunState, Usage
 
 __all__ = ["SavedTranscripts", "head_json", "joined"]
 
 
 def head_json(state: RunState) -> bytes:
-    """The state without its transcript, as JSON (see :func:`joined`)."""
-    data = state_to_dict(state)
-    del data["messages"]
-    return orjson.dumps(data)
+    """The state without its transcript, as JSON (see :func:`joined`).
+
+    The same document as :func:`~orchestra._serde.state_to_dict` minus
+    ``messages`` (a test holds them equal), built by hand: it is written at
+    every step, and orjson takes the state's dicts and lists as they are
+    where the converter would copy each one first.
+    """
+    s = state
+    return orjson.dumps(
+        {
+            "run_id": s.run_id,
+            "root_id": s.root_id,
+            "agent": s.agent,
+            "model": s.model,
+            "parent_id": s.parent_id,
+            "parent_call_id": s.parent_call_id,
+            "schema_version": s.schema_version,
+            "status": s.status.value,
+            "reason": redact(s.reason),
+            "error": None if s.error is None else redact(s.error),
+            "interruption": _interruption(s.interruption),
+            "limits": _fields(s.limits, _LIMITS),
+            "limit_raises": [_raise(r) for r in s.limit_raises],
+            "own": _fields(s.own, _USAGE),
+            "tree": _fields(s.tree, _USAGE),
+            "approvals": [{"call_id": a.call_id, "arguments": a.arguments} for a in s.approvals],
+            "rejections": s.rejections,
+            "results": s.results,
+            "started": s.started,
+            "children": s.children,
+            "elapsed_s": s.elapsed_s,
+            "created_at": s.created_at,
+            "updated_at": s.updated_at,
+            "trace_context": s.trace_context,
+            "metadata": s.metadata,
+        }
+    )
+
+
+_LIMITS = tuple(f.name for f in attrs.fields(Limits))
+_USAGE = tuple(f.name for f in attrs.fields(Usage))
+
+
+def _fields(value: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(value, name) for name in names}
+
+
+def _interruption(value: Interruption | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    return {**value.to_dict(), "reason": redact(value.reason)}
+
+
+def _raise(value: LimitRaise) -> dict[str, Any]:
+    return {
+        "at": value.at,
+        "before": _fields(value.before, _LIMITS),
+        "after": _fields(value.after, _LIMITS),
+        "note": value.note,
+    }
 
 
 def joined(head: str | bytes, messages: list[dict[str, Any]]) -> RunState:

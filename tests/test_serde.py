@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -20,6 +21,7 @@ from orchestra import (
     Status,
     Usage,
     state_from_json,
+    state_to_dict,
     state_to_json,
 )
 
@@ -77,3 +79,47 @@ def test_stored_v1_fixture_still_loads():
 def test_garbage_is_a_state_error(text):
     with pytest.raises(StateError):
         state_from_json(text)
+
+
+@given(
+    status=st.sampled_from(list(Status)),
+    cost=st.integers(0, 10**15),
+    args=st.dictionaries(st.text(max_size=8), json_scalars, max_size=4),
+    max_budget=st.none() | st.floats(0, 100, allow_nan=False),
+    reason=st.text(max_size=60) | st.just("Authorization: Bearer sk-abcdefghijklmnop"),
+    raised=st.booleans(),
+)
+def test_the_saved_head_is_the_state_without_its_transcript(
+    status, cost, args, max_budget, reason, raised
+):
+    from orchestra._state import LimitRaise
+    from orchestra._transcripts import head_json, joined
+
+    limits = Limits(max_turns=3, max_budget_usd=max_budget)
+    state = RunState(
+        run_id="r1",
+        root_id="r0",
+        parent_id="r0",
+        agent="a",
+        model="m",
+        messages=[{"role": "user", "content": "hi"}],
+        status=status,
+        reason=reason,
+        error=reason or None,
+        own=Usage(cost_pico=cost, model_calls=2),
+        tree=Usage(cost_pico=cost * 2),
+        interruption=Interruption(
+            kind=InterruptionKind.APPROVAL, reason=reason, call_id="c", arguments=args
+        ),
+        approvals=[Approval(call_id="c", arguments=args)],
+        rejections={"d": "no"},
+        limits=limits,
+        limit_raises=[LimitRaise(at=1.0, before=limits, after=limits, note="n")] if raised else [],
+        children={"c": "r2"},
+        started=["c"],
+        metadata={"k": "v"},
+    )
+    expected = state_to_dict(state)
+    expected.pop("messages")
+    assert orjson.loads(head_json(state)) == expected
+    assert joined(head_json(state), state.messages) == state_from_json(state_to_json(state))
