@@ -141,7 +141,7 @@ class Usage:
         )
 
     def __sub__(self, other: Usage) -> Usage:
-        return self + Usage(**{f: -getattr(other, f) for f in _USAGE_FIELDS})
+        return Usage(**{f: getattr(self, f) - getattr(other, f) for f in _USAGE_FIELDS})
 
     @property
     def cost_usd(self) -> float:

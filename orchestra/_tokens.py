@@ -116,15 +116,17 @@ def count_text(text: str) -> int:
     """
     if len(text) <= _REMEMBERED_UP_TO:
         return _count_short(text)
-    return len(encoding().encode(text, disallowed_special=()))
+    return _tokens_of(text)
 
 
 _REMEMBERED_UP_TO = 4096
 
 
-@functools.lru_cache(maxsize=8192)
-def _count_short(text: str) -> int:
+def _tokens_of(text: str) -> int:
     return len(encoding().encode(text, disallowed_special=()))
+
+
+_count_short = functools.lru_cache(maxsize=8192)(_tokens_of)
 
 
 def _content_text(message: Mapping[str, Any]) -> str:
@@ -163,13 +165,12 @@ def count_tools(tools: Sequence[Mapping[str, Any]] | None) -> int:
     """Tokens the tool declarations add to a prompt."""
     if not tools:
         return 0
-    return _count_json(json.dumps(list(tools), sort_keys=True, separators=(",", ":")))
+    return _count_declarations(json.dumps(list(tools), sort_keys=True, separators=(",", ":")))
 
 
-@functools.lru_cache(maxsize=256)
-def _count_json(text: str) -> int:
-    """Tokens of a declaration text (an agent's tools: the same text for each of its runs)."""
-    return count_text(text)
+_count_declarations = functools.lru_cache(maxsize=256)(_tokens_of)
+"""Tokens of a declaration text (an agent's tools: the same text for each of its runs,
+however long)."""
 
 
 def count_prompt(

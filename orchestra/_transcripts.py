@@ -136,7 +136,3 @@ class SavedTranscripts:
             self._held.pop(state.run_id, None)  # saved again only by a later resume
         else:
             self._held[state.run_id] = (len(messages), messages[-1])
-
-    def forget(self, run_id: str) -> None:
-        """Write this run's transcript whole on its next save."""
-        self._held.pop(run_id, None)
