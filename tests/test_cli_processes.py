@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_processes import ENDLESS, reap
 
 from orchestra import Status
 from orchestra._sqlite import SQLiteStore
@@ -76,32 +77,6 @@ def _running_tree(store: SQLiteStore, in_tool: int) -> str | None:
         return None
     started = [e for e in store.events(root_id=roots[0].run_id) if e["type"] == "run_started"]
     return roots[0].run_id if len(started) >= in_tool else None
-
-
-ENDLESS = [
-    sys.executable,
-    "-c",
-    "import orchestra.testing._scenarios as s\n"
-    "call = s._call\n"
-    "s._call = lambda name, **a: call(\n"
-    "    name, **({**a, 'seconds': 86400.0} if name == 'scan_archive' else a)\n"
-    ")\n"
-    "from orchestra._cli import run; run()",
-]
-"""The CLI with every scripted ``scan_archive`` call asking for a day-long scan.
-
-A tree run by it cannot finish before it is stopped, however loaded the
-machine: a test that stops it never races the tree's own end (with the demo's
-3-second scans, a slow start of the cancelling process let the tree complete
-first). The patch lives only in that process, on the scripted model's script.
-"""
-
-
-def reap(process: subprocess.Popen[str]) -> None:
-    """Kill ``process`` if it still runs, wait for it and close its pipes (no ResourceWarning)."""
-    if process.poll() is None:
-        process.kill()
-    process.communicate(timeout=30)  # waits; closes stdout and stderr
 
 
 def _slow_tree_running(

@@ -19,20 +19,6 @@ T = TypeVar("T")
 
 ORCHESTRA = [sys.executable, "-m", "orchestra"]
 
-ENDLESS = [
-    sys.executable,
-    "-c",
-    "import orchestra.testing._scenarios as s\n"
-    "call = s._call\n"
-    "s._call = lambda name, **a: call(\n"
-    "    name, **({**a, 'seconds': 86400.0} if name == 'scan_archive' else a)\n"
-    ")\n"
-    "from orchestra._cli import run; run()",
-]
-"""The CLI with every scripted ``scan_archive`` asking for a day-long scan: a
-``slow_tree`` run by it stops only when stopped, however slow the machine (the
-patch lives only in that process, on the scripted model's script)."""
-
 
 def wait_for(
     predicate: Callable[[], T | None],
@@ -61,13 +47,6 @@ def cli(*args: str, code: int = 0) -> dict[str, Any]:
     assert done.returncode == code, done.stderr
     result: dict[str, Any] = json.loads(done.stdout)
     return result
-
-
-def reap(process: subprocess.Popen[str]) -> None:
-    """Kill ``process`` if it still runs, wait for it, close its pipes."""
-    if process.poll() is None:
-        process.kill()
-    process.communicate(timeout=30)
 
 
 @attrs.frozen

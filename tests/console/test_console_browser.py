@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_support import ENDLESS, Served, cli, reap, wait_for
+from cli_processes import ENDLESS, reap
+from console_support import Served, cli, wait_for
 from selenium import webdriver
 from selenium.common.exceptions import (
     NoSuchElementException,

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from console_support import ENDLESS, Served, cli, reap, start_console, stop_console, wait_for
+from cli_processes import ENDLESS, reap
+from console_support import Served, cli, start_console, stop_console, wait_for
 from test_console_views import hostile_state
 
 from orchestra import SQLiteStore, Status
