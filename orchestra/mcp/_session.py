@@ -58,12 +58,16 @@ async def open_tools(
 async def _session(
     server: StdioServer | HttpServer, timeout_s: float
 ) -> AsyncIterator[ClientSession]:
+    connected = False
     try:
         async with _streams(server) as (read, write), ClientSession(read, write) as session:
             with trio.fail_after(timeout_s):
                 await session.initialize()
+            connected = True
             yield session
-    except (MCPError, *_LOST, trio.TooSlowError) as exc:
+    except Exception as exc:  # whatever a transport raises before the session is up
+        if connected:
+            raise
         raise ConfigError(f"MCP server {server.label}: cannot connect: {_why(exc)}") from exc
 
 
@@ -133,6 +137,8 @@ def _lost(label: str, name: str, exc: BaseException) -> ToolOutcomeUnknown:
 
 
 def _why(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup):  # a transport's task group: its first error
+        exc = exc.exceptions[0]
     return str(exc) or type(exc).__name__
 
 

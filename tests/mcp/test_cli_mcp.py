@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -83,3 +84,14 @@ def test_run_uses_the_servers_tools_against_an_endpoint(
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     assert OTHER_ERROR in read_results(tmp_path / "runs.db", ran.stdout)
+
+
+def test_an_unreachable_mcp_url_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/mcp"
+    failed = orchestra("mcp", "list", url)
+    assert failed.returncode == 2
+    (line,) = failed.stderr.strip().splitlines()
+    assert line.startswith(f"error: MCP server {url}: cannot connect: ")
+    assert "Traceback" not in failed.stderr
