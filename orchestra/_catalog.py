@@ -45,10 +45,40 @@ def _inside(root: Path, name: str) -> Path:
         raise ToolError(
             f"{problem}; paths must be relative to the working directory: {_hint(root, name)}"
         )
-    path = (root / name).resolve()
+    path = _plain_entry(root, name) or (root / name).resolve()
     if not _contained(root, path):
         raise PermanentToolError(f"permission denied: {name} is outside the sandbox")
     return path
+
+
+def _plain_entry(root: Path, name: str) -> Path | None:
+    """``root / name`` if ``name`` is one plain component naming no symlink (so
+    it is inside ``root`` without resolving), else None (resolve it)."""
+    if "/" in name or os.sep in name or name in (".", ".."):
+        return None
+    path = root / name
+    try:
+        return None if path.is_symlink() else path
+    except (OSError, ValueError):
+        return None
+
+
+def _listing(root: Path) -> list[str]:
+    """Names of the files whose real location is inside ``root``, sorted.
+
+    A plain file needs no further look; a symlink is resolved and checked.
+    """
+    with os.scandir(root) as entries:
+        names = [
+            entry.name
+            for entry in entries
+            if (
+                _sandbox_file(root, root / entry.name)
+                if entry.is_symlink()
+                else entry.is_file(follow_symlinks=False)
+            )
+        ]
+    return sorted(names)
 
 
 def _contained(root: Path, path: Path) -> bool:
@@ -127,8 +157,7 @@ def catalog(directory: str | Path, *, max_read_bytes: int = 64 * 1024) -> tuple[
     @tool(read_only=True)
     def list_files() -> str:
         """List the files in the working directory, one name per line."""
-        names = (p.name for p in root.iterdir() if _sandbox_file(root, p))
-        return "\n".join(sorted(names))
+        return "\n".join(_listing(root))
 
     @tool(read_only=True)
     def read_file(path: str) -> str:

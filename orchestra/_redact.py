@@ -127,12 +127,16 @@ def excerpt(text: str, limit: int = 300, *secrets: str) -> str:
     return redact(text[: limit * 8], *secrets)[:limit]
 
 
+_PLAIN = frozenset({int, float, bool, type(None)})
+"""Types that hold no text: passed through without a call."""
+
+
 def redact_data(value: Any) -> Any:
     """``value`` with every string inside it redacted (dicts, lists and tuples walked)."""
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict):
-        return {k: redact_data(v) for k, v in value.items()}
+        return {k: v if type(v) in _PLAIN else redact_data(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return type(value)(redact_data(v) for v in value)
+        return type(value)(v if type(v) in _PLAIN else redact_data(v) for v in value)
     return value
