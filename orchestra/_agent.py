@@ -152,4 +152,15 @@ class Agent:
             read_only=True,
             takes_context=True,
             timeout_s=float("inf"),  # the child's own limits bound it
+            agent=self,
         )
+
+    def find(self, name: str) -> Agent | None:
+        """This agent or one reachable through its agent tools, by name."""
+        if self.name == name:
+            return self
+        for tool in self.tools:
+            found = tool.agent.find(name) if isinstance(tool.agent, Agent) else None
+            if found is not None:
+                return found
+        return None

@@ -19,7 +19,7 @@ import trio
 from ._agent import Agent
 from ._budget import carve
 from ._exceptions import ConfigError, RunNotFound, StateError
-from ._loop import drive
+from ._loop import drive, step
 from ._result import RunResult, stop_sentence
 from ._run import ChildWaiting, Exit, Host, LiveRun
 from ._state import Interruption, InterruptionKind, LimitRaise, Limits, RunState, Status, Usage
@@ -185,8 +185,13 @@ def _trio_deadline(run: LiveRun) -> float:
     return min(own, parent)
 
 
-async def execute(run: LiveRun) -> None:
+async def execute(run: LiveRun, *, one_step: bool = False, announce: bool = True) -> None:
     """Drive ``run`` inside its own cancel scope and record exactly one exit.
+
+    With ``one_step``, only one step (see :func:`~orchestra._loop.step`): a
+    run still ``running`` after it is saved as it is (with its elapsed time),
+    to be continued by a later call, maybe in another process. ``announce``
+    emits ``run_started`` first.
 
     Cancellation: if an enclosing scope is cancelled, the run records
     ``interrupted`` (or ``deadline_exceeded``) and saves before ``Cancelled``
@@ -194,6 +199,29 @@ async def execute(run: LiveRun) -> None:
     at it), it records the same and returns normally.
     """
     run.deadline = _trio_deadline(run)
+    if announce:
+        _announce(run)
+    run.runner.register(run)
+    run.clock_started = trio.current_time()
+    paused = False
+    try:
+        with trio.CancelScope(deadline=run.deadline) as run.scope:
+            if run.cancel_reason is not None:  # cancelled before it started
+                run.scope.cancel()
+            await (step(run) if one_step else drive(run))
+            paused = True
+    except Exception as exc:  # a bug or a broken dependency: the run fails, as data
+        run.finish(_internal_error(exc))
+    finally:
+        run.runner.unregister(run)
+        if run.state.status is Status.RUNNING and paused:
+            _pause(run)
+        elif run.state.status is Status.RUNNING:
+            run.finish(stopped_exit(run))
+
+
+def _announce(run: LiveRun) -> None:
+    """``run_started`` (and a price warning), saved."""
     run.emit(
         "run_started",
         agent=run.state.agent,
@@ -203,19 +231,14 @@ async def execute(run: LiveRun) -> None:
     )
     _warn_about_price(run)
     run.checkpoint()
-    run.runner.register(run)
-    run.clock_started = trio.current_time()
-    try:
-        with trio.CancelScope(deadline=run.deadline) as run.scope:
-            if run.cancel_reason is not None:  # cancelled before it started
-                run.scope.cancel()
-            await drive(run)
-    except Exception as exc:  # a bug or a broken dependency: the run fails, as data
-        run.finish(_internal_error(exc))
-    finally:
-        run.runner.unregister(run)
-        if run.state.status is Status.RUNNING:
-            run.finish(stopped_exit(run))
+
+
+def _pause(run: LiveRun) -> None:
+    """Save a run that is still running after one step, with its elapsed time."""
+    if run.clock_started is not None:
+        run.state.elapsed_s += trio.current_time() - run.clock_started
+        run.clock_started = None
+    run.checkpoint()
 
 
 def _warn_about_price(run: LiveRun) -> None:

@@ -25,7 +25,7 @@ from ._run import Exit, LiveRun
 from ._state import Interruption, InterruptionKind, RunState, Status, Usage
 from ._stops import check_stops
 
-__all__ = ["drive"]
+__all__ = ["drive", "step"]
 
 
 async def drive(run: LiveRun) -> None:
@@ -37,16 +37,26 @@ async def drive(run: LiveRun) -> None:
     state is as of the last completed step; the caller records the exit.
     """
     while run.state.status is Status.RUNNING:
+        await step(run)
+
+
+async def step(run: LiveRun) -> None:
+    """One step of a running run: its pending tool calls, or else one model call.
+
+    Then the stop conditions. A worker that checkpoints each step with a
+    durable-execution engine calls this once per step (see
+    :mod:`orchestra.distributed`).
+    """
+    flush_results(run)
+    pending = pending_calls(run.state)
+    if pending:
+        await dispatch(run, pending)
+    else:
+        await model_step(run)
+    if run.state.status is Status.RUNNING:
         flush_results(run)
-        pending = pending_calls(run.state)
-        if pending:
-            await dispatch(run, pending)
-        else:
-            await model_step(run)
-        if run.state.status is Status.RUNNING:
-            flush_results(run)
-            if (stop := check_stops(run)) is not None:
-                run.finish(stop)
+        if (stop := check_stops(run)) is not None:
+            run.finish(stop)
 
 
 @attrs.frozen(kw_only=True)
@@ -66,7 +76,9 @@ async def model_step(run: LiveRun) -> None:
     )
     prompt_tokens = run.counter.count(request.messages, request.tools)
     margin = run.runner.margin_for(request.model)
-    gate = check_turns(run) or reserve(run, prompt_tokens, len(request.messages), margin)
+    decide = partial(_gate, run, prompt_tokens, len(request.messages), margin)
+    ledger = run.runner.ledger
+    gate = decide() if ledger is None else await ledger.guarded(run, decide)
     if isinstance(gate, Exit):
         run.finish(gate)
         return
@@ -74,6 +86,11 @@ async def model_step(run: LiveRun) -> None:
     called = await _call(run, ask)
     if called is not None:
         record_reply(run, *called, gate)
+
+
+def _gate(run: LiveRun, prompt_tokens: int, messages: int, margin: Margin) -> Grant | Exit:
+    """The turn limit, then the reservation of the call's worst case."""
+    return check_turns(run) or reserve(run, prompt_tokens, messages, margin)
 
 
 async def _call(run: LiveRun, ask: _Ask) -> tuple[ChatReply, Usage] | None:
@@ -101,7 +118,13 @@ async def _call(run: LiveRun, ask: _Ask) -> tuple[ChatReply, Usage] | None:
     except ProviderError as exc:
         run.finish(_provider_exit(run, exc))
     finally:
-        usage = settle(run, ask.grant, reply, ask.margin)
+        release = partial(settle, run, ask.grant, reply, ask.margin)
+        ledger = run.runner.ledger
+        if ledger is None:
+            usage = release()
+        else:
+            with trio.CancelScope(shield=True):  # a reservation is always released
+                usage = await ledger.guarded(run, release)
     if reply is None:
         return None
     if reply.usage_reported:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import attrs
 import trio
@@ -31,7 +31,28 @@ if TYPE_CHECKING:
     from ._retry import RetryPolicy
     from ._store import Store
 
-__all__ = ["ChildWaiting", "Exit", "Host", "LiveRun"]
+__all__ = ["ChildWaiting", "Exit", "Host", "Ledger", "LiveRun"]
+
+
+_T = TypeVar("_T")
+
+
+class Ledger(Protocol):
+    """Budget numbers shared with runs in other processes (see :mod:`orchestra.distributed`).
+
+    Without one (the default), a tree's numbers live in its runs' memory.
+    """
+
+    async def guarded(self, run: LiveRun, decide: Callable[[], _T]) -> _T:
+        """Call ``decide`` (a budget decision over ``run``'s lineage) atomically
+        with every other process: the lineage's tree usage and reservations
+        are loaded (locked) before it, and what it changed is written after.
+
+        Cancellation: the caller shields it when the decision must be recorded
+        (releasing a reservation); otherwise a cancel before it runs leaves
+        nothing changed.
+        """
+        ...
 
 
 class Host(Protocol):
@@ -45,6 +66,7 @@ class Host(Protocol):
     prices: PriceTable
     retry: RetryPolicy
     store: Store
+    ledger: Ledger | None
 
     def now(self) -> float:
         """Wall-clock seconds, advancing with trio's clock."""

@@ -40,7 +40,7 @@ from ._money import PriceTable
 from ._provider import Provider
 from ._result import RunResult
 from ._retry import RetryPolicy
-from ._run import LiveRun
+from ._run import Ledger, LiveRun
 from ._state import Interruption, Limits, RunState
 from ._store import MemoryStore, Store
 
@@ -100,6 +100,8 @@ class Runner:
         lease_ttl: seconds a tree's lease lasts unless renewed (the watcher renews
             it every third of that).
         tracer: sees every event with its live run first (e.g. an :class:`OTelTracer`).
+        ledger: budget numbers shared with other processes (a distributed
+            worker's); None: the tree's numbers live in its runs' memory.
     """
 
     provider: Provider
@@ -112,6 +114,7 @@ class Runner:
     lease_ttl: float = LEASE_TTL
     retry: RetryPolicy = RetryPolicy()
     tracer: Callable[[LiveRun, Event], None] | None = None
+    ledger: Ledger | None = None
     _live: dict[str, LiveRun] = attrs.field(factory=dict, init=False)
     _lost: dict[str, str] = attrs.field(factory=dict, init=False)
     _clock_origin: tuple[float, float] | None = attrs.field(default=None, init=False)

@@ -130,6 +130,9 @@ class Tool:
     idempotent: bool = False
     takes_context: bool = False
     timeout_s: float | None = None
+    agent: Any = attrs.field(default=None, eq=False, repr=False)
+    """For a tool made by :meth:`Agent.as_tool`: the agent each call runs as a
+    child (so a worker of another process can find it by name)."""
     _validator: jsonschema.Draft202012Validator = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
