@@ -52,9 +52,26 @@ __all__ = ["main", "run"]
 
 
 def _store(path: str | None) -> SQLiteStore:
+    """The SQLite store at ``path``, or the PostgreSQL store a postgresql:// URL names."""
     from ._sqlite import SQLiteStore
 
+    if _distributed(path):
+        from .distributed import PostgresStore
+
+        return PostgresStore(str(path))  # type: ignore[return-value]  # the same interface
     return SQLiteStore(path)
+
+
+def _distributed(path: str | None) -> bool:
+    """Whether ``--store`` names a PostgreSQL database (runs executed by workers)."""
+    if path is None or not path.startswith(("postgresql://", "postgres://")):
+        return False
+    from .distributed._cli import missing
+
+    problem = missing()
+    if problem is not None:
+        raise CommandError(f"a postgresql:// store needs {problem}")
+    return True
 
 
 def _loaded(store_path: str | None, run_id: str) -> tuple[SQLiteStore, RunState]:
@@ -72,7 +89,8 @@ store_option = click.option(
     "store_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Run store (SQLite). Default: $ORCHESTRA_STORE or the user data directory.",
+    help="Run store: a SQLite file (default: $ORCHESTRA_STORE or the user data "
+    "directory), or a postgresql:// URL whose runs `orchestra worker`s execute.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 
@@ -214,6 +232,13 @@ def _start(
     from ._execute import new_run_id
     from ._tokens import encoding
 
+    if _distributed(store_path):
+        from .distributed._cli import submit_and_follow
+
+        assert store_path is not None
+        result, ms = submit_and_follow(store_path, session.recipe, limits, task)
+        _finish(result, session, ms, as_json, store_path, spans)
+        return
     encoding()  # load the tokenizer before the clock starts
     root_id = new_run_id()
 
@@ -626,6 +651,9 @@ def resume(
     from ._tokens import encoding
 
     store, state = _loaded(store_path, run_id)
+    if _distributed(store_path):
+        _requeue(store_path, state, (max_turns, max_budget, timeout, max_tokens_total), as_json)
+        return
     if state.parent_id is not None:
         raise CommandError(
             f"run {state.run_id} is a child run; resume its tree from the root: "
@@ -653,6 +681,22 @@ def resume(
     _finish(result, session, elapsed, as_json, store_path, spans)
 
 
+def _requeue(
+    store_path: str | None, state: RunState, raises: tuple[Any, ...], as_json: bool
+) -> None:
+    """Resume a tree the workers execute: queue its root again."""
+    from .distributed._cli import requeue
+
+    if any(value is not None for value in raises):
+        raise CommandError("raising limits of a run the workers execute is not supported yet")
+    assert store_path is not None
+    workflow = requeue(store_path, state.root_id)
+    if as_json:
+        click.echo(json.dumps({"run_id": state.root_id, "queued": workflow}))
+    else:
+        click.echo(f"queued {state.root_id} (workflow {workflow}): the workers continue it")
+
+
 def _raised(
     limits: Limits,
     max_turns: int | None,
@@ -678,6 +722,18 @@ def _decision(fn: Callable[..., Any]) -> Callable[..., Any]:
         store = _store(store_path)
         root = store.resolve(run_id)
         waiting = fn(store, root, **kw)
+        if _distributed(store_path):
+            assert store_path is not None
+            from .distributed._cli import requeue
+
+            queued = requeue(store_path, root)
+            click.echo(
+                json.dumps({"run_id": root, "decided": fn.__name__, "queued": queued})
+                if as_json
+                else f"{fn.__name__}d call {waiting['call_id']} in run {waiting['run_id']}; "
+                f"queued {queued}: the workers continue it"
+            )
+            return
         if as_json:
             click.echo(
                 json.dumps(
@@ -751,7 +807,11 @@ def _as_dict(obj: Any) -> dict[str, Any]:
 @store_option
 @json_option
 def cancel(run_id: str, reason: str, wait_s: float, store_path: str | None, as_json: bool) -> None:
-    """Cancel a run tree that is running in another process."""
+    """Cancel a run tree that is running in another process (or on workers)."""
+    if _distributed(store_path):
+        assert store_path is not None
+        _cancel_everywhere(store_path, run_id, reason, wait_s, as_json)
+        return
     store = _store(store_path)
     target = store.resolve(run_id)
     state = store.load(target)
@@ -783,6 +843,27 @@ def cancel(run_id: str, reason: str, wait_s: float, store_path: str | None, as_j
         if as_json
         else f"{target} {state.status.value} ({state.reason}) {ms:.0f} ms after the request"
     )
+
+
+def _cancel_everywhere(
+    store_path: str, run_id: str, reason: str, wait_s: float, as_json: bool
+) -> None:
+    """Cancel a tree on every worker; one line (or JSON) saying how it went."""
+    from .distributed._cli import cancel_everywhere
+
+    store = _store(store_path)
+    target = store.resolve(run_id)
+    out = cancel_everywhere(store_path, target, reason, wait_s)
+    if as_json:
+        click.echo(json.dumps(out))
+    else:
+        runs = ", ".join(f"{n} {status}" for status, n in sorted(out["runs"].items()))
+        click.echo(f"{out['root_id']}: {runs} ({out['stopped_after_ms']:.0f} ms)")
+    if out["still_running"]:
+        raise CommandError(
+            f"{len(out['still_running'])} run(s) still running after {wait_s:g} s; their "
+            "workers stop them when they next look (or when declared dead)"
+        )
 
 
 def _cancel_unowned(
@@ -905,6 +986,51 @@ def console_command(port: int, store_path: str | None) -> None:
     except OSError as exc:
         raise CommandError(f"cannot serve on 127.0.0.1:{port}: {_reason(exc)}") from exc
     run_console(store=store, sock=sock)
+
+
+@main.command("worker")
+@click.option(
+    "--store",
+    "database",
+    envvar="ORCHESTRA_DATABASE_URL",
+    required=True,
+    metavar="URL",
+    help="The PostgreSQL database of the runs (postgresql://…; env ORCHESTRA_DATABASE_URL).",
+)
+@click.option("--id", "executor_id", default=None, help="This worker's name (default: host-pid).")
+@click.option(
+    "--concurrency",
+    type=count(1024, 1),
+    default=4,
+    show_default=True,
+    help="Runs executed here at once.",
+)
+@click.option(
+    "--base-url",
+    default=None,
+    metavar="URL",
+    help="Model endpoint of runs submitted from Python (default: the embedded scripted one).",
+)
+@api_key_option
+def worker_command(
+    database: str, executor_id: str | None, concurrency: int, base_url: str | None, api_key: str
+) -> None:
+    """Execute queued runs from a PostgreSQL database until Ctrl-C (or SIGTERM).
+
+    Start as many as you like, on any machine that reaches the database: each
+    takes runs and child runs from the queue; `orchestra demo|run --store
+    postgresql://…` submits, `orchestra cancel|approve|reject|resume --store
+    postgresql://…` act on trees wherever they run. Needs: pip install
+    'orchestra[distributed]'.
+    """
+    from .distributed._cli import is_database, missing, run_worker
+
+    problem = missing()
+    if problem is not None:
+        raise CommandError(f"the worker needs {problem}")
+    if not is_database(database):
+        raise CommandError(f"--store must be a postgresql:// URL, got {database!r}")
+    run_worker(database, executor_id, concurrency, base_url, api_key)
 
 
 @main.group("mcp")

@@ -24,7 +24,16 @@ from ._result import RunResult, stop_sentence
 from ._run import ChildWaiting, Exit, Host, LiveRun
 from ._state import Interruption, InterruptionKind, LimitRaise, Limits, RunState, Status, Usage
 
-__all__ = ["execute", "new_run_id", "new_state", "reopen", "result_of", "spawn_child"]
+__all__ = [
+    "child_answer",
+    "execute",
+    "new_run_id",
+    "new_state",
+    "reopen",
+    "result_of",
+    "spawn_child",
+    "trio_deadline",
+]
 
 
 def new_run_id() -> str:
@@ -134,7 +143,7 @@ async def spawn_child(
     if child.state.status in (Status.RUNNING, Status.INTERRUPTED):
         reopen(child, None, "")
         await execute(child)
-    return _answer(child)
+    return child_answer(child)
 
 
 def _bind(parent: LiveRun, state: RunState, agent: Agent) -> LiveRun:
@@ -167,7 +176,7 @@ def _reattach(
     return LiveRun(state=state, agent=agent, runner=runner, parent=parent)
 
 
-def _answer(child: LiveRun) -> str:
+def child_answer(child: LiveRun) -> str:
     """The child's answer for its parent, or :class:`ChildWaiting` if it waits for a human."""
     waiting = child.state.interruption
     if waiting is not None and waiting.kind.waits_for_human:
@@ -178,7 +187,7 @@ def _answer(child: LiveRun) -> str:
     return stop_sentence(result_of(child))
 
 
-def _trio_deadline(run: LiveRun) -> float:
+def trio_deadline(run: LiveRun) -> float:
     deadline = run.state.limits.deadline
     own = float("inf") if deadline is None else trio.current_time() + deadline - run.runner.now()
     parent = run.parent.deadline if run.parent is not None else float("inf")
@@ -198,7 +207,7 @@ async def execute(run: LiveRun, *, one_step: bool = False, announce: bool = True
     propagates; if its own scope is cancelled (its deadline, or a cancel aimed
     at it), it records the same and returns normally.
     """
-    run.deadline = _trio_deadline(run)
+    run.deadline = trio_deadline(run)
     if announce:
         _announce(run)
     run.runner.register(run)

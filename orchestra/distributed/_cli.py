@@ -1,0 +1,170 @@
+"""The command line's distributed side: ``orchestra worker`` and the commands
+that, given ``--store postgresql://…``, act through the workers.
+
+``demo``/``run`` submit the run to the workers and follow it from the store;
+``cancel`` stops the whole tree wherever it runs; ``approve``/``reject``
+record the decision and queue the tree again (any worker continues it);
+``resume`` queues it again.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from typing import Any
+
+import click
+import trio
+
+from .._state import RunState, Status
+
+__all__ = ["follow", "is_database", "run_worker"]
+
+FOLLOW_POLL_S = 0.1
+
+
+def is_database(store: str | None) -> bool:
+    """Whether a ``--store`` value names a PostgreSQL database (not a SQLite file)."""
+    return store is not None and store.startswith(("postgresql://", "postgres://"))
+
+
+def missing() -> str | None:
+    """What to install for the distributed commands, if anything is missing."""
+    try:
+        import dbos  # noqa: F401
+        import psycopg  # noqa: F401
+    except ModuleNotFoundError as exc:
+        return f"{exc.name} is missing: pip install 'orchestra[distributed]'"
+    return None
+
+
+def run_worker(
+    database: str, executor_id: str | None, concurrency: int, base_url: str | None, api_key: str
+) -> None:
+    """Serve as a worker until SIGINT or SIGTERM."""
+    from ._worker import Worker
+
+    options: dict[str, Any] = {"database": database, "concurrency": concurrency}
+    if executor_id:
+        options["executor_id"] = executor_id
+    worker = Worker(base_url=base_url, model_api_key=api_key, **options)
+
+    async def main() -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(lambda task_status: worker.serve(task_status=task_status))
+                click.echo(
+                    f"worker {worker.executor_id} ready ({database_label(database)})", err=True
+                )
+                async for signum in signals:
+                    click.echo(f"{signal.Signals(signum).name}: stopping", err=True)
+                    nursery.cancel_scope.cancel()
+                    break
+
+    trio.run(main)
+
+
+def database_label(url: str) -> str:
+    """The URL without its password."""
+    from ._pgstore import PostgresStore
+
+    return PostgresStore.redacted(url) if hasattr(PostgresStore, "redacted") else url.split("@")[-1]
+
+
+def follow(cluster: Any, run_id: str, *, timeout_s: float | None = None) -> list[RunState]:
+    """Wait until the tree's root leaves ``running`` (printing nothing); the tree's states."""
+    started = time.monotonic()
+    while True:
+        root = cluster.store.load(run_id)
+        if root.status is not Status.RUNNING:
+            states: list[RunState] = cluster.store.tree(run_id)
+            return states
+        if timeout_s is not None and time.monotonic() - started > timeout_s:
+            return list(cluster.store.tree(run_id))
+        time.sleep(FOLLOW_POLL_S)
+
+
+def summary(states: list[RunState], root_id: str) -> dict[str, Any]:
+    """One line per run of a tree, the root first."""
+    ordered = sorted(states, key=lambda s: (s.run_id != root_id, s.created_at))
+    return {
+        "run_id": root_id,
+        "runs": [
+            {
+                "run_id": s.run_id,
+                "parent_id": s.parent_id,
+                "agent": s.agent,
+                "status": s.status.value,
+                "reason": s.reason,
+                "turns": s.turns,
+                "cost_usd": s.own.cost_usd,
+                "tree_cost_usd": s.tree.cost_usd,
+                "budget_usd": s.limits.max_budget_usd,
+            }
+            for s in ordered
+        ],
+    }
+
+
+def echo_summary(report: dict[str, Any], as_json: bool) -> None:
+    """The tree as a table (80 columns) or as JSON."""
+    if as_json:
+        click.echo(json.dumps(report))
+        return
+    for row in report["runs"]:
+        budget = "-" if row["budget_usd"] is None else f"${row['budget_usd']:.4f}"
+        indent = "" if row["parent_id"] is None else "  "
+        click.echo(
+            f"{indent}{row['run_id']:<22} {row['agent'][:12]:<12} {row['status']:<19} "
+            f"{row['turns']:>3}t ${row['tree_cost_usd']:.6f}/{budget}"
+        )
+        if row["reason"]:
+            click.echo(f"{indent}  {row['reason'][: 74 - len(indent)]}")
+
+
+def submit_and_follow(database: str, recipe: Any, limits: Any, task: str) -> tuple[Any, float]:
+    """Submit a CLI recipe's run to the workers and wait for its tree; (result, ms)."""
+    from .._cli_session import tree_result
+    from .._exceptions import ConfigError
+    from ._client import Cluster, submit
+
+    if recipe.mcp:
+        raise ConfigError("runs with MCP tools cannot be submitted to workers yet")
+    with Cluster(database) as cluster:
+        started = time.monotonic()
+        run_id = submit(
+            cluster, recipe.agent(limits), task, limits=limits, metadata=recipe.metadata()
+        )
+        click.echo(f"submitted {run_id} to the workers of {database_label(database)}", err=True)
+        states = follow(cluster, run_id)
+        return tree_result(states, run_id), (time.monotonic() - started) * 1000
+
+
+def cancel_everywhere(database: str, run_id: str, reason: str, wait_s: float) -> dict[str, Any]:
+    """Cancel ``run_id``'s whole tree on every worker; what happened."""
+    from ._client import Cluster, cancel_tree
+
+    with Cluster(database) as cluster:
+        asked = time.monotonic()
+        states = cancel_tree(cluster, run_id, reason, wait_s)
+        ms = (time.monotonic() - asked) * 1000
+    still = [s.run_id for s in states if s.status is Status.RUNNING]
+    counts: dict[str, int] = {}
+    for s in states:
+        counts[s.status.value] = counts.get(s.status.value, 0) + 1
+    return {
+        "run_id": run_id,
+        "root_id": states[0].root_id if states else run_id,
+        "runs": counts,
+        "still_running": still,
+        "stopped_after_ms": round(ms, 1),
+    }
+
+
+def requeue(database: str, run_id: str) -> str:
+    """Queue ``run_id``'s tree again (after a decision, or to resume it); the workflow id."""
+    from ._client import Cluster, resume_tree
+
+    with Cluster(database) as cluster:
+        return resume_tree(cluster, run_id)

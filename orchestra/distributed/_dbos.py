@@ -1,0 +1,197 @@
+"""Runs as DBOS workflows: one workflow per run attempt, one step per run step.
+
+The workflow ``orchestra.run`` takes a run id and repeats the step
+``orchestra.step`` until the run leaves ``running``. A step hands the run's
+next step (one model call, or the pending tool calls of the last reply) to
+the worker's trio loop (``trio.from_thread.run``) and returns the run's
+status; DBOS checkpoints that return value, so a workflow recovered on
+another worker after its worker died skips the steps that completed and
+re-executes only the one in flight. What a step did is in the run store
+(the run's own checkpoint, saved before the step returns), so the
+re-executed step continues from the saved state: a paid model call is
+never paid again, a tool with a result is never run again, and a write in
+flight is in doubt as after any crash (an idempotent one runs again with the
+same idempotency key).
+
+Workflow ids are ``RUN_ID.ATTEMPT``: queueing a run's current attempt again
+is a no-op (DBOS keeps the first), and a run resumed after an interruption
+(approval) is queued under its next attempt.
+
+DBOS is pinned (``dbos==3.4.0``); its one internal call,
+``DBOS._recover_pending_workflows``, is wrapped in :func:`recover`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from importlib.metadata import version
+from typing import Any
+
+import trio
+
+__all__ = [
+    "APP_NAME",
+    "APP_VERSION",
+    "QUEUE",
+    "WORKFLOW",
+    "DBOSQueue",
+    "config",
+    "launch",
+    "migrate",
+    "recover",
+    "serve",
+    "workflow_id",
+]
+
+APP_NAME = "orchestra"
+APP_VERSION = f"orchestra-{version('orchestra')}"
+"""Pinned, so every worker of one release takes every run of that release
+(DBOS's default is a hash of the workflow code)."""
+QUEUE = "orchestra-runs"
+WORKFLOW = "orchestra.run"
+STEP = "orchestra.step"
+QUEUE_POLL_S = 0.1
+"""How often a worker looks for queued runs (DBOS's default: 1 s)."""
+
+_serving: tuple[Callable[[str], Awaitable[str]], trio.lowlevel.TrioToken] | None = None
+"""The trio function this process's steps call, and the loop it runs in."""
+
+
+def workflow_id(run_id: str, attempt: int) -> str:
+    """The workflow id of ``run_id``'s ``attempt`` (0 for its first)."""
+    return f"{run_id}.{attempt}"
+
+
+def system_url(database: str) -> str:
+    """DBOS's system database: beside ours on the same server, named ``<db>_dbos``."""
+    base, _, name = database.rpartition("/")
+    name, sep, query = name.partition("?")
+    return f"{base}/{name or 'postgres'}_dbos{sep}{query}"
+
+
+def config(database: str, executor_id: str) -> dict[str, Any]:
+    """The DBOS configuration of a worker."""
+    return {
+        "name": APP_NAME,
+        "system_database_url": system_url(database),
+        "application_version": APP_VERSION,
+        "executor_id": executor_id,
+        "log_level": "WARNING",
+        "sys_db_pool_size": 10,
+    }
+
+
+def migrate(database: str, transactions: Any) -> None:
+    """Create DBOS's system database and tables if missing (blocking).
+
+    One process at a time (an advisory lock in ``database``, through
+    ``transactions``, a store), so workers starting together do not race.
+    """
+    from dbos import DBOS
+
+    with transactions.transaction() as conn:
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('orchestra.dbos'))")
+        logging.getLogger("dbos").setLevel(logging.WARNING)
+        DBOS.migrate(system_url(database))
+
+
+def _register() -> None:
+    """Declare the workflow and its step (before DBOS is launched)."""
+    from dbos import DBOS
+
+    @DBOS.step(name=STEP)
+    def advance(run_id: str) -> str:
+        if _serving is None:
+            raise RuntimeError("no orchestra worker serves steps in this process")
+        fn, token = _serving
+        return trio.from_thread.run(fn, run_id, trio_token=token)
+
+    @DBOS.workflow(name=WORKFLOW)
+    def run_workflow(run_id: str) -> str:
+        while True:
+            status = advance(run_id)
+            if status != "running":
+                return status
+
+
+def serve(fn: Callable[[str], Awaitable[str]]) -> None:
+    """Make ``fn`` (on the current trio loop) the step of this process's workflows."""
+    global _serving
+    _serving = (fn, trio.lowlevel.current_trio_token())
+
+
+def launch(database: str, executor_id: str, concurrency: int) -> None:
+    """Start DBOS in this process as worker ``executor_id`` (blocking: call it in a thread).
+
+    Recovers the workflows this executor left pending (a worker restarted
+    under its old id) and takes runs from the queue, at most ``concurrency``
+    at a time.
+    """
+    from dbos import DBOS
+
+    _register()
+    logging.getLogger("dbos").setLevel(logging.WARNING)
+    DBOS(config=config(database, executor_id))  # type: ignore[arg-type]
+    DBOS.launch()
+    DBOS.register_queue(
+        QUEUE,
+        worker_concurrency=concurrency,
+        polling_interval_sec=QUEUE_POLL_S,
+        on_conflict="always_update",
+    )
+
+
+def destroy() -> None:
+    """Stop DBOS in this process (blocking)."""
+    from dbos import DBOS
+
+    DBOS.destroy(workflow_completion_timeout_sec=0)
+
+
+def recover(executor_ids: list[str]) -> int:
+    """Queue again the workflows that dead executors left pending; how many.
+
+    Any live worker then takes them. Safe to call twice (only workflows still
+    marked as the dead executors' are moved).
+    """
+    from dbos import DBOS
+
+    return len(DBOS._recover_pending_workflows(executor_ids))
+
+
+class DBOSQueue:
+    """Queues runs for workers through a DBOS client (any process may queue)."""
+
+    def __init__(self, database: str, attempts: Callable[[str], int]) -> None:
+        from dbos import DBOSClient
+
+        self._client = DBOSClient(
+            system_database_url=system_url(database), application_name=APP_NAME
+        )
+        self._attempts = attempts
+
+    def enqueue_now(self, run_id: str) -> str:
+        """Queue ``run_id``'s current attempt (blocking); its workflow id."""
+        wid = workflow_id(run_id, self._attempts(run_id))
+        options: Any = {
+            "workflow_name": WORKFLOW,
+            "queue_name": QUEUE,
+            "workflow_id": wid,
+            "app_version": APP_VERSION,
+        }
+        self._client.enqueue(options, run_id)
+        return wid
+
+    async def enqueue(self, run_id: str) -> None:
+        """Queue ``run_id``'s current attempt (a no-op if it is queued or ran already)."""
+        await trio.to_thread.run_sync(self.enqueue_now, run_id)
+
+    def cancel(self, workflow_ids: list[str]) -> None:
+        """Take workflows off the queue (blocking; those running end at their next step)."""
+        for wid in workflow_ids:
+            self._client.cancel_workflow(wid)
+
+    def close(self) -> None:
+        """Close the client's connections."""
+        self._client.destroy()

@@ -1,0 +1,132 @@
+"""A worker's runner: child runs go to the queue, budgets through the ledger.
+
+Embedded, an agent tool's child run executes inside its parent's tool call,
+in the same process. On a worker it is *bound* to its parent's call the same
+way (binding saved with the parent before the child exists), its limits are
+carved from what the parent has left inside one ledger transaction (the
+parent's row locked), and then it is queued: any worker may take it. The
+parent's call waits for the child's outcome in the store and gets its answer,
+as embedded. A parent resumed after a crash finds the binding and waits for
+the same child (queued again under the same workflow id: a no-op if it is
+still queued or running).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Protocol
+
+import attrs
+import trio
+
+from .._agent import Agent
+from .._budget import carve
+from .._exceptions import RunNotFound
+from .._execute import child_answer, new_state, reopen
+from .._run import LiveRun
+from .._runner import Runner
+from .._state import Limits, RunState, Status, Usage
+from ._ledger import PostgresLedger
+
+__all__ = ["RunQueue", "WorkerRunner", "run_status"]
+
+WAIT_POLL_S = 0.05
+"""How often a parent waiting for a child on another worker reads its status."""
+
+
+class RunQueue(Protocol):
+    """Where runs wait for a worker."""
+
+    async def enqueue(self, run_id: str) -> None:
+        """Queue ``run_id``'s current attempt (a no-op if it is already queued or running)."""
+        ...
+
+
+@attrs.define(kw_only=True, eq=False)
+class WorkerRunner(Runner):
+    """A :class:`~orchestra.Runner` whose runs are steps of queued workflows."""
+
+    queue: RunQueue
+    pg_ledger: PostgresLedger
+
+    @property
+    def _leases(self) -> bool:
+        return False  # the durable-execution engine owns each run; saves are not fenced by trees
+
+    async def spawn_child(
+        self,
+        parent: LiveRun,
+        call_id: str,
+        agent: Agent,
+        task: str,
+        *,
+        limits: Limits | None = None,
+    ) -> str:
+        """Bind, carve, queue and await a child run of ``parent``; its answer."""
+        state = await self._bound_child(parent, call_id, agent, task, limits)
+        if isinstance(state, str):
+            return state
+        if state.status is Status.INTERRUPTED and state.status.resumable:
+            state = await self._reopened(state, agent)
+        if state.status is Status.RUNNING:
+            await self.queue.enqueue(state.run_id)
+            state = await self._outcome(state.run_id)
+        await self.pg_ledger.refresh(parent)
+        return child_answer(LiveRun(state=state, agent=agent, runner=self, parent=parent))
+
+    async def _bound_child(
+        self, parent: LiveRun, call_id: str, agent: Agent, task: str, limits: Limits | None
+    ) -> RunState | str:
+        """The child bound to ``call_id`` (made and bound now if there is none),
+        or why it cannot start."""
+        child_id = parent.state.children.get(call_id)
+        if child_id is not None:
+            try:
+                return await trio.to_thread.run_sync(self.store.load, child_id)
+            except RunNotFound:
+                pass  # the process died between binding and the child's first save
+        ask = limits or agent.limits
+        carved = await self.pg_ledger.guarded(parent, partial(carve, parent, ask, self.now()))
+        if isinstance(carved, str):
+            return f"{agent.name} was not started: {carved}."
+        state = new_state(agent, task, carved, parent, call_id, child_id)
+        depth = sum(1 for _ in parent.lineage())
+        await trio.to_thread.run_sync(self.pg_ledger.open_node, state, depth)
+        if child_id is None:
+            parent.state.children[call_id] = state.run_id
+            await self.pg_ledger.guarded(parent, partial(parent.charge, Usage(child_runs=1)))
+            parent.checkpoint()  # the binding is durable before the child exists
+        self.save(state)
+        return state
+
+    async def _reopened(self, state: RunState, agent: Agent) -> RunState:
+        """A child interrupted earlier (e.g. for an approval), running again, re-queued."""
+        reopen(LiveRun(state=state, agent=agent, runner=self), None, "")
+        self.save(state)
+        await trio.to_thread.run_sync(_store_call, self.store, "requeue", state.run_id)
+        return state
+
+    async def _outcome(self, run_id: str) -> RunState:
+        """Wait until the run leaves ``running``; its state then.
+
+        Cancellation: a checkpoint every :data:`WAIT_POLL_S`; the child itself
+        is stopped by the tree's cancel request, on whichever worker runs it.
+        """
+        while True:
+            status = await trio.to_thread.run_sync(run_status, self.store, run_id)
+            if status != Status.RUNNING.value:
+                return await trio.to_thread.run_sync(self.store.load, run_id)
+            await trio.sleep(WAIT_POLL_S)
+
+
+def run_status(store: Any, run_id: str) -> str:
+    """The saved status of ``run_id`` (one small query)."""
+    with store.transaction() as conn:
+        row = conn.execute("SELECT status FROM runs WHERE run_id = %s", (run_id,)).fetchone()
+    if row is None:
+        raise RunNotFound(f"no run {run_id!r} in {store!r}")
+    return str(row[0])
+
+
+def _store_call(store: Any, method: str, *args: Any) -> Any:
+    return getattr(store, method)(*args)

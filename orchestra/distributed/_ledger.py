@@ -1,0 +1,280 @@
+"""The budget ledger in PostgreSQL: one tree's numbers, shared by every worker.
+
+Embedded, a tree's spend and reservations live in its runs' memory (see
+:mod:`orchestra._budget`). When a tree's runs execute on several workers,
+the same numbers live here, one row per run (``ledger``): the run's tree
+usage (its own spend plus every descendant's) and what is reserved against
+it by model calls in flight, its own and its descendants'.
+
+Every budget decision is one transaction (:meth:`PostgresLedger.guarded`):
+the rows of the run's lineage are locked root first (one order for every
+worker, so two decisions never deadlock), loaded into the live runs, the
+decision is made by the same code as embedded (carve a child's limits from
+what its parent has left; check the turn limit and reserve a call's worst
+case; release it and charge the real cost), and what it changed is written
+back before the locks go. So a reservation on one worker sees every
+reservation and every spend of the tree on every other: the zero-overshoot
+rule holds across workers.
+
+Alongside: ``ledger_holds``, the reservation a run's call in flight holds
+(one at most per run: a run makes one model call at a time), and
+``ledger_spend``, one row per model call a run paid for, written in the same
+transaction as the roll-up to its ancestors. A hold still present when a
+worker takes a run up belongs to a call whose worker died mid-call: the
+provider may have charged for it, so it is charged at its reservation (a
+``lost`` spend row, an ``lost_call`` event), never dropped
+(:meth:`PostgresLedger.settle_lost`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+import attrs
+import orjson
+import trio
+
+from .._exceptions import StateError
+from .._run import LiveRun
+from .._state import RunState, Usage
+
+__all__ = ["LEDGER_TABLES", "PostgresLedger"]
+
+_T = TypeVar("_T")
+
+LEDGER_TABLES = (
+    """CREATE TABLE IF NOT EXISTS ledger (
+        run_id TEXT PRIMARY KEY,
+        root_id TEXT NOT NULL,
+        depth INTEGER NOT NULL,
+        tree TEXT NOT NULL,
+        reserved_pico BIGINT NOT NULL DEFAULT 0,
+        reserved_tokens BIGINT NOT NULL DEFAULT 0,
+        reserved_turns INTEGER NOT NULL DEFAULT 0
+    )""",
+    """CREATE TABLE IF NOT EXISTS ledger_holds (
+        run_id TEXT PRIMARY KEY,
+        pico BIGINT NOT NULL,
+        tokens BIGINT NOT NULL,
+        turns INTEGER NOT NULL,
+        executor TEXT NOT NULL,
+        held_at DOUBLE PRECISION NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS ledger_spend (
+        seq BIGSERIAL PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        root_id TEXT NOT NULL,
+        turn INTEGER NOT NULL,
+        model_calls INTEGER NOT NULL,
+        prompt_tokens BIGINT NOT NULL,
+        completion_tokens BIGINT NOT NULL,
+        cost_pico BIGINT NOT NULL,
+        lost BOOLEAN NOT NULL,
+        executor TEXT NOT NULL,
+        recorded_at DOUBLE PRECISION NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS ledger_spend_root_id ON ledger_spend (root_id)",
+)
+"""The ledger's tables (created by :meth:`PostgresLedger.create`)."""
+
+_LOCK_LINEAGE = """
+    SELECT run_id, tree, reserved_pico, reserved_tokens, reserved_turns
+    FROM ledger WHERE run_id = ANY(%s) ORDER BY depth FOR UPDATE
+"""
+_WRITE_NODE = """
+    UPDATE ledger SET tree = %s, reserved_pico = %s, reserved_tokens = %s, reserved_turns = %s
+    WHERE run_id = %s
+"""
+_INSERT_SPEND = """
+    INSERT INTO ledger_spend (run_id, root_id, turn, model_calls, prompt_tokens,
+        completion_tokens, cost_pico, lost, executor, recorded_at)
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+"""
+
+
+class _Transactions(Protocol):
+    def transaction(self) -> Any: ...
+
+
+@attrs.frozen
+class _Numbers:
+    """What the ledger keeps of one run."""
+
+    tree: Usage
+    pico: int
+    tokens: int
+    turns: int
+
+    @classmethod
+    def of(cls, node: LiveRun) -> _Numbers:
+        return cls(node.state.tree, node.reserved_pico, node.reserved_tokens, node.reserved_turns)
+
+    def load_into(self, node: LiveRun) -> None:
+        node.state.tree = self.tree
+        node.reserved_pico, node.reserved_tokens, node.reserved_turns = (
+            self.pico,
+            self.tokens,
+            self.turns,
+        )
+
+
+@attrs.define(kw_only=True, eq=False)
+class PostgresLedger:
+    """The :class:`~orchestra._run.Ledger` of runs whose store is a
+    :class:`~orchestra.distributed.PostgresStore` (same database).
+
+    ``executor`` names this worker in holds and spend rows.
+    """
+
+    store: _Transactions
+    executor: str
+
+    def create(self) -> None:
+        """Create the ledger's tables if they are missing."""
+        with self.store.transaction() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('orchestra.ledger'))")
+            for sql in LEDGER_TABLES:
+                conn.execute(sql)
+
+    def open_node(self, state: RunState, depth: int) -> None:
+        """The ledger row of a new run (nothing spent); kept if it exists."""
+        with self.store.transaction() as conn:
+            conn.execute(
+                "INSERT INTO ledger (run_id, root_id, depth, tree) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (run_id) DO NOTHING",
+                (state.run_id, state.root_id, depth, _usage_json(state.tree)),
+            )
+
+    async def guarded(self, run: LiveRun, decide: Callable[[], _T]) -> _T:
+        """See :class:`~orchestra._run.Ledger`; one transaction in a worker thread."""
+        return await trio.to_thread.run_sync(self._guarded, run, decide)
+
+    def _guarded(self, run: LiveRun, decide: Callable[[], _T]) -> _T:
+        nodes = list(run.lineage())
+        with self.store.transaction() as conn:
+            _load(conn, nodes)
+            before = [_Numbers.of(node) for node in nodes]
+            own = run.state.own
+            result = decide()
+            for node, was in zip(nodes, before, strict=True):
+                now = _Numbers.of(node)
+                if now != was:
+                    _write(conn, node.state.run_id, now)
+            self._record(conn, run, before[0], own)
+        return result
+
+    def _record(self, conn: Any, run: LiveRun, was: _Numbers, own: Usage) -> None:
+        """The hold a decision took or released, and the spend it charged."""
+        turns = run.reserved_turns - was.turns
+        if turns > 0:
+            conn.execute(
+                "INSERT INTO ledger_holds (run_id, pico, tokens, turns, executor, held_at) "
+                "VALUES (%s, %s, %s, %s, %s, %s)",
+                (
+                    run.state.run_id,
+                    run.reserved_pico - was.pico,
+                    run.reserved_tokens - was.tokens,
+                    turns,
+                    self.executor,
+                    time.time(),
+                ),
+            )
+        elif turns < 0:
+            conn.execute("DELETE FROM ledger_holds WHERE run_id = %s", (run.state.run_id,))
+        spent = run.state.own - own
+        if spent.model_calls or spent.cost_pico:
+            self._spend(conn, run.state, spent, lost=False)
+
+    def _spend(self, conn: Any, state: RunState, spent: Usage, *, lost: bool) -> None:
+        conn.execute(
+            _INSERT_SPEND,
+            (
+                state.run_id,
+                state.root_id,
+                state.turns + 1,
+                spent.model_calls,
+                spent.prompt_tokens,
+                spent.completion_tokens,
+                spent.cost_pico,
+                lost,
+                self.executor,
+                time.time(),
+            ),
+        )
+
+    async def settle_lost(self, run: LiveRun) -> Usage | None:
+        """Charge a hold left by a worker that died mid-call, at its reservation.
+
+        Call it when this worker takes ``run`` up, before its first step. Returns
+        what was charged (None: no hold was left).
+        """
+        return await trio.to_thread.run_sync(self._settle_lost, run)
+
+    def _settle_lost(self, run: LiveRun) -> Usage | None:
+        nodes = list(run.lineage())
+        with self.store.transaction() as conn:
+            _load(conn, nodes)
+            row = conn.execute(
+                "DELETE FROM ledger_holds WHERE run_id = %s RETURNING pico, tokens, turns",
+                (run.state.run_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            pico, tokens, turns = row
+            lost = Usage(model_calls=1, prompt_tokens=tokens, cost_pico=pico)
+            run.reserve(-pico, -turns, -tokens)
+            run.charge(lost)
+            for node in nodes:
+                _write(conn, node.state.run_id, _Numbers.of(node))
+            self._spend(conn, run.state, lost, lost=True)
+        return lost
+
+    async def refresh(self, run: LiveRun) -> None:
+        """Load the lineage's numbers (e.g. after a child on another worker spent)."""
+        await self.guarded(run, lambda: None)
+
+    def spent(self, root_id: str) -> Usage:
+        """The sum of the tree's ``ledger_spend`` rows."""
+        with self.store.transaction() as conn:
+            row = conn.execute(
+                "SELECT coalesce(sum(model_calls), 0), coalesce(sum(prompt_tokens), 0), "
+                "coalesce(sum(completion_tokens), 0), coalesce(sum(cost_pico), 0) "
+                "FROM ledger_spend WHERE root_id = %s",
+                (root_id,),
+            ).fetchone()
+        calls, prompt, completion, cost = (int(v) for v in row)
+        return Usage(
+            model_calls=calls,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            cost_pico=cost,
+        )
+
+
+def _load(conn: Any, nodes: Sequence[LiveRun]) -> None:
+    """Lock the lineage's rows (root first) and load them into its live runs."""
+    by_id = {node.state.run_id: node for node in nodes}
+    rows = conn.execute(_LOCK_LINEAGE, (list(by_id),)).fetchall()
+    if len(rows) != len(by_id):
+        found = {row[0] for row in rows}
+        missing = ", ".join(sorted(set(by_id) - found))
+        raise StateError(f"the budget ledger has no row for run(s) {missing}")
+    for run_id, tree, pico, tokens, turns in rows:
+        _Numbers(_usage(tree), pico, tokens, turns).load_into(by_id[run_id])
+
+
+def _write(conn: Any, run_id: str, numbers: _Numbers) -> None:
+    conn.execute(
+        _WRITE_NODE,
+        (_usage_json(numbers.tree), numbers.pico, numbers.tokens, numbers.turns, run_id),
+    )
+
+
+def _usage_json(usage: Usage) -> str:
+    return orjson.dumps(attrs.asdict(usage)).decode()
+
+
+def _usage(text: str) -> Usage:
+    return Usage(**orjson.loads(text))

@@ -1,0 +1,814 @@
+"""A store in PostgreSQL, shared by the worker processes of several machines.
+
+:class:`PostgresStore` has the public surface and the semantics of
+:class:`~orchestra._sqlite.SQLiteStore` (so the CLI and the Runner can use
+either): run states with append-only transcripts (see
+:mod:`orchestra._transcripts`), events, cancel requests and leases with fenced
+saves. On top of that it records, per run, which worker executes it now
+(``executor``) and how many times it was (re)queued (``attempt``), for the
+distributed worker.
+
+Connections: one per thread (the trio thread saves synchronously, as with
+SQLite; worker threads of ``trio.to_thread`` read), opened on first use and
+closed with the store. Every operation is one transaction on its thread's
+connection, committed at its end (psycopg 3, synchronous API, autocommit
+off). A connection that breaks is replaced by the next operation.
+
+Concurrency: PostgreSQL's default isolation (read committed) plus explicit
+locks where a read decides a write. A lease is taken under a transaction-level
+advisory lock on its tree, so of several processes racing for it exactly one
+wins; a fenced save reads the lease row ``FOR SHARE``, so it cannot commit
+across a takeover. A read of states and their transcripts is one statement
+(one snapshot).
+
+Store schema versions: 1 — the tables below; several processes may create
+them at once (an advisory lock serialises that).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Self
+from urllib.parse import urlsplit, urlunsplit
+
+import orjson
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import TupleRow
+
+from .._exceptions import ConfigError, LeaseLost, RunNotFound, StateError, StoreError
+from .._sqlite import (
+    _alive,
+    _checked_ttl,
+    _event_row,
+    _held_by,
+    _message,
+    _not_held,
+    _now,
+)
+from .._state import Interruption, InterruptionKind, RunState, Status
+from .._transcripts import SavedTranscripts, head_json, joined
+
+__all__ = ["PG_SCHEMA_VERSION", "PostgresStore", "redacted"]
+
+PG_SCHEMA_VERSION = 1
+"""Version of the tables' layout (not of the run states inside them)."""
+
+CONNECT_TIMEOUT_S = 10
+"""How long opening a connection may take, unless the URL says otherwise."""
+
+Connection = psycopg.Connection[TupleRow]
+
+# Ids compare byte by byte ("C"), as in SQLite: the same order everywhere, and
+# a prefix search (``LIKE 'abc%'``) can use the primary key's index.
+_TABLES = (
+    """CREATE TABLE runs (
+        run_id TEXT COLLATE "C" PRIMARY KEY,
+        root_id TEXT COLLATE "C" NOT NULL,
+        parent_id TEXT COLLATE "C",
+        agent TEXT NOT NULL,
+        status TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        state TEXT NOT NULL,
+        messages INTEGER NOT NULL DEFAULT 0,
+        executor TEXT,
+        attempt INTEGER NOT NULL DEFAULT 0
+    )""",
+    "CREATE INDEX runs_root_id ON runs (root_id)",
+    "CREATE INDEX runs_updated_at ON runs (updated_at)",
+    """CREATE TABLE messages (
+        run_id TEXT COLLATE "C" NOT NULL,
+        idx INTEGER NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (run_id, idx)
+    )""",
+    """CREATE TABLE events (
+        seq BIGSERIAL PRIMARY KEY,
+        run_id TEXT COLLATE "C" NOT NULL,
+        root_id TEXT COLLATE "C" NOT NULL,
+        type TEXT NOT NULL,
+        at DOUBLE PRECISION NOT NULL,
+        data TEXT NOT NULL
+    )""",
+    "CREATE INDEX events_run_id ON events (run_id, seq)",
+    "CREATE INDEX events_root_id ON events (root_id, seq)",
+    """CREATE TABLE cancels (
+        run_id TEXT COLLATE "C" PRIMARY KEY,
+        root_id TEXT COLLATE "C" NOT NULL,
+        reason TEXT NOT NULL,
+        requested_at DOUBLE PRECISION NOT NULL
+    )""",
+    "CREATE INDEX cancels_root_id ON cancels (root_id)",
+    """CREATE TABLE leases (
+        root_id TEXT COLLATE "C" PRIMARY KEY,
+        owner TEXT NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL
+    )""",
+    "CREATE TABLE orchestra_schema (version INTEGER NOT NULL)",
+)
+
+_UPSERT_RUN = """
+    INSERT INTO runs
+        (run_id, root_id, parent_id, agent, status, created_at, updated_at, state, messages)
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+    ON CONFLICT (run_id) DO UPDATE SET
+        root_id = excluded.root_id, parent_id = excluded.parent_id, agent = excluded.agent,
+        status = excluded.status, created_at = excluded.created_at,
+        updated_at = excluded.updated_at, state = excluded.state, messages = excluded.messages
+"""
+
+# An upsert, not a plain insert: a row past the run's recorded count (left by
+# another writer's longer transcript) is overwritten instead of failing the save.
+_UPSERT_MESSAGE = """
+    INSERT INTO messages (run_id, idx, data) VALUES (%s, %s, %s)
+    ON CONFLICT (run_id, idx) DO UPDATE SET data = excluded.data
+"""
+_DROP_MESSAGES = "DELETE FROM messages WHERE run_id = %s"
+
+_SELECT_STATES = """
+    SELECT r.run_id, r.state, ARRAY(
+        SELECT m.data FROM messages m
+        WHERE m.run_id = r.run_id AND m.idx < r.messages ORDER BY m.idx
+    )
+    FROM runs r WHERE """
+
+_UPDATE_HEAD = "UPDATE runs SET status = %s, updated_at = %s, state = %s WHERE run_id = %s"
+
+_INSERT_EVENT = "INSERT INTO events (run_id, root_id, type, at, data) VALUES (%s, %s, %s, %s, %s)"
+
+_UPSERT_CANCEL = """
+    INSERT INTO cancels (run_id, root_id, reason, requested_at) VALUES (%s, %s, %s, %s)
+    ON CONFLICT (run_id) DO UPDATE SET
+        reason = excluded.reason, requested_at = excluded.requested_at
+"""
+
+_UPSERT_LEASE = """
+    INSERT INTO leases (root_id, owner, expires_at) VALUES (%s, %s, %s)
+    ON CONFLICT (root_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
+"""
+
+_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+"""Wait for (then hold until the transaction ends) the advisory lock named by a string."""
+
+
+def redacted(url: str) -> str:
+    """``url`` with its password (in the user part or the query) replaced by ``***``."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    userinfo, at, hosts = netloc.rpartition("@")
+    if at and ":" in userinfo:
+        netloc = f"{userinfo.partition(':')[0]}:***@{hosts}"
+    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+class PostgresStore:
+    """Run states, events, cancel requests, leases and executors in a PostgreSQL database.
+
+    Durability is the server's: a save has committed when it returns. Every
+    write is atomic: a run's previous state stays in place, and visible to
+    readers, until its replacement commits. psycopg errors (an unreachable
+    server, a failed statement) are raised as :class:`StoreError`, with the
+    password never in a message.
+
+    Args:
+        url: a ``postgresql://user[:password]@host[:port]/database`` URL. The
+            tables are created in it if absent.
+
+    Raises:
+        ConfigError: ``url`` is not a PostgreSQL URL.
+        StoreError: the server cannot be reached or the tables cannot be created.
+        StateError: the tables were made by an unknown store schema version.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._dsn = url
+        self._url = redacted(url)
+        self._where = _where(url, self._url)
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._conns: dict[threading.Thread, Connection] = {}
+        self._closed = False
+        self._saved = SavedTranscripts()
+        try:
+            self._create_schema()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def url(self) -> str:
+        """The database's URL, password redacted (for messages)."""
+        return self._url
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._url!r})"
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every thread's connection. Closing twice is fine; any other use then fails."""
+        with self._lock:
+            self._closed = True
+            conns, self._conns = list(self._conns.values()), {}
+        for conn in conns:
+            conn.close()
+
+    # -- runs -------------------------------------------------------------
+
+    def save(
+        self, state: RunState, events: Sequence[dict[str, Any]] = (), *, owner: str | None = None
+    ) -> None:
+        """Insert or replace the state of ``state.run_id`` and append ``events``, atomically.
+
+        With ``owner``, the save is *fenced*: it happens only if ``owner`` holds
+        the lease on the run's tree (``state.root_id``), checked in the same
+        transaction, so a process that lost the tree can never save over the
+        new holder's state. Only the messages added since this store last
+        saved the run are written (the whole transcript if it does not extend
+        that one).
+
+        Raises:
+            LeaseLost: ``owner`` was given and does not hold the lease.
+            StateError: the state or an event cannot be stored as JSON.
+        """
+        self.save_many([state], events, owner=owner)
+
+    def save_many(
+        self,
+        states: Sequence[RunState],
+        events: Sequence[dict[str, Any]] = (),
+        *,
+        owner: str | None = None,
+    ) -> None:
+        """Save several states (of one tree, with ``owner``) and ``events`` in one transaction.
+
+        All or none: e.g. every run of a tree stopped by one cancel.
+
+        Raises:
+            LeaseLost: ``owner`` was given and does not hold the lease on a state's tree.
+            StateError: a state or an event cannot be stored as JSON.
+        """
+        event_rows = [_event_row(event) for event in events]
+        writes = [self._rows(state) for state in states]
+        doing = f"save run {states[0].run_id!r}" if len(states) == 1 else f"save {len(states)} runs"
+        with self._transaction(doing) as conn, conn.cursor() as cur:
+            if owner is not None:
+                for root_id in sorted({state.root_id for state in states}):
+                    _check_fence(conn, root_id, owner)
+            for run_row, start, message_rows in writes:
+                cur.execute(_UPSERT_RUN, run_row)
+                if start == 0:  # a whole transcript replaces whatever is stored
+                    cur.execute(_DROP_MESSAGES, (run_row[0],))
+                if message_rows:
+                    cur.executemany(_UPSERT_MESSAGE, message_rows)
+            if event_rows:
+                cur.executemany(_INSERT_EVENT, event_rows)
+            self._on_commit(lambda: self._written(states))
+
+    def _written(self, states: Iterable[RunState]) -> None:
+        for state in states:
+            self._saved.written(state)
+
+    def _rows(self, state: RunState) -> tuple[tuple[Any, ...], int, list[tuple[str, int, str]]]:
+        """The run's row, where its unsaved messages start, and their rows."""
+        start, unsaved = self._saved.unsaved(state)
+        try:
+            message_rows = [
+                (state.run_id, start + i, orjson.dumps(m).decode()) for i, m in enumerate(unsaved)
+            ]
+        except (TypeError, orjson.JSONEncodeError) as exc:
+            raise StateError(f"run {state.run_id!r} cannot be stored as JSON: {exc}") from exc
+        run_row = (
+            state.run_id,
+            state.root_id,
+            state.parent_id,
+            state.agent,
+            state.status.value,
+            state.created_at,
+            state.updated_at,
+            _head(state),
+            len(state.messages),
+        )
+        return run_row, start, message_rows
+
+    def load(self, run_id: str) -> RunState:
+        """The last saved state of ``run_id``.
+
+        Raises:
+            RunNotFound: no run with this id.
+            SchemaVersionError: it was saved by an unknown run-state schema version.
+        """
+        states = self._states(f"load run {run_id!r}", "r.run_id = %s", run_id)
+        if not states:
+            raise RunNotFound(f"no run {run_id!r} in {self._url}")
+        return states[0]
+
+    def tree(self, root_id: str) -> list[RunState]:
+        """Every run of the tree rooted at ``root_id``: the root, then by creation time.
+
+        Raises:
+            RunNotFound: no run belongs to this tree.
+        """
+        states = self._states(
+            f"load tree {root_id!r}",
+            "r.root_id = %s ORDER BY r.run_id <> r.root_id, r.created_at, r.run_id",
+            root_id,
+        )
+        if not states:
+            raise RunNotFound(f"no run tree {root_id!r} in {self._url}")
+        return states
+
+    def list_runs(self, *, limit: int = 50, roots_only: bool = True) -> list[RunState]:
+        """Up to ``limit`` runs, most recently updated first (only roots by default)."""
+        if limit < 0:
+            raise ConfigError(f"limit must be >= 0, got {limit}")
+        where = "r.run_id = r.root_id" if roots_only else "TRUE"
+        return self._states(
+            "list runs", where + " ORDER BY r.updated_at DESC, r.run_id LIMIT %s", limit
+        )
+
+    def _states(self, doing: str, where: str, *params: object) -> list[RunState]:
+        """The states of the runs ``where`` selects, in its order (one statement: one snapshot)."""
+        with self._transaction(doing) as conn:
+            return _select_states(conn, where, params)
+
+    def resolve(self, prefix: str) -> str:
+        """The run id that ``prefix`` starts (an exact id always wins).
+
+        Raises:
+            ConfigError: the prefix is empty.
+            RunNotFound: no run id starts with it.
+            StateError: several do (the message lists some).
+        """
+        if not prefix:
+            raise ConfigError("a run id prefix must not be empty")
+        pattern = re.sub(r"([\\%_])", r"\\\1", prefix) + "%"
+        rows = self._read(
+            f"resolve run id prefix {prefix!r}",
+            "SELECT run_id FROM runs WHERE run_id LIKE %s ORDER BY run_id LIMIT 6",
+            pattern,
+        )
+        return _pick(prefix, [run_id for (run_id,) in rows], self._url)
+
+    # -- events -----------------------------------------------------------
+
+    def add_events(self, events: Iterable[dict[str, Any]]) -> None:
+        """Append events, all or none, in one transaction.
+
+        Each event needs ``run_id``, ``root_id``, ``type`` and ``at``; the whole
+        dict is kept (as JSON) and comes back from :meth:`events`.
+
+        Raises:
+            StateError: an event lacks a key or is not JSON-serialisable.
+        """
+        rows = [_event_row(event) for event in events]
+        if not rows:
+            return
+        with self._transaction(f"add {len(rows)} events") as conn, conn.cursor() as cur:
+            cur.executemany(_INSERT_EVENT, rows)
+
+    def events(self, run_id: str | None = None, root_id: str | None = None) -> list[dict[str, Any]]:
+        """Stored events in the order they were added, optionally of one run or tree.
+
+        The order is that of the events' sequence numbers, taken as they are
+        inserted: for one tree (saved by one process at a time), the order of
+        the saves that added them.
+        """
+        given = {"run_id": run_id, "root_id": root_id}
+        chosen = {column: value for column, value in given.items() if value is not None}
+        where = " AND ".join(f"{column} = %s" for column in chosen) or "TRUE"
+        rows = self._read(
+            "read events",
+            f"SELECT data FROM events WHERE {where} ORDER BY seq",
+            *chosen.values(),
+        )
+        return [orjson.loads(data) for (data,) in rows]
+
+    # -- cancel requests --------------------------------------------------
+
+    def request_cancel(self, run_id: str, reason: str) -> None:
+        """Ask whichever process runs ``run_id``'s tree to cancel that run.
+
+        A newer request for the same run replaces the older one's reason.
+
+        Raises:
+            RunNotFound: no run with this id.
+        """
+        with self._transaction(f"request cancel of run {run_id!r}") as conn:
+            found = conn.execute("SELECT root_id FROM runs WHERE run_id = %s", (run_id,)).fetchone()
+            if found is None:
+                raise RunNotFound(f"no run {run_id!r} in {self._url}")
+            conn.execute(_UPSERT_CANCEL, (run_id, found[0], reason, time.time()))
+
+    def pending_cancels(self, root_id: str | None = None) -> dict[str, str]:
+        """Cancel requests for runs of the tree ``root_id`` (of every tree if None):
+        reason by run id, oldest first."""
+        where, params = ("TRUE", ()) if root_id is None else ("root_id = %s", (root_id,))
+        rows = self._read(
+            f"read cancel requests of {root_id or 'every tree'!r}",
+            f"SELECT run_id, reason FROM cancels WHERE {where} ORDER BY requested_at, run_id",
+            *params,
+        )
+        return dict(rows)
+
+    def clear_cancel(self, run_id: str) -> None:
+        """Forget the cancel request for ``run_id`` (if any): it has been applied."""
+        with self._transaction(f"clear cancel of run {run_id!r}") as conn:
+            conn.execute("DELETE FROM cancels WHERE run_id = %s", (run_id,))
+
+    def clear_cancels(self, root_id: str) -> None:
+        """Forget every cancel request of the tree ``root_id``.
+
+        Done when a process takes the tree and when it lets it go, so a request
+        that no process applied never stops a later resume.
+        """
+        with self._transaction(f"clear cancel requests of {root_id!r}") as conn:
+            conn.execute("DELETE FROM cancels WHERE root_id = %s", (root_id,))
+
+    # -- leases -----------------------------------------------------------
+
+    def acquire_lease(
+        self, root_id: str, owner: str, ttl: float = 30.0, now: float | None = None
+    ) -> None:
+        """Own the tree ``root_id`` for ``ttl`` seconds.
+
+        Succeeds when nobody holds the lease, when ``owner`` already does (the
+        lease is extended), or when the holder's lease has expired (or its
+        process on this host is gone). The check and the claim are one
+        transaction holding an advisory lock on the tree, so of several
+        processes racing for a lease exactly one wins.
+
+        Raises:
+            LeaseError: another owner holds an unexpired lease.
+        """
+        now = _now(now)
+        expires_at = now + _checked_ttl(ttl)
+        with self._transaction(f"acquire lease on {root_id!r}") as conn:
+            conn.execute(_LOCK, (f"orchestra lease {root_id}",))
+            held = _lease_of(conn, root_id, lock=True)  # waits for a renewal in progress
+            if held is not None and held[0] != owner and held[1] > now and _alive(held[0]):
+                raise _held_by(root_id, held, now)
+            conn.execute(_UPSERT_LEASE, (root_id, owner, expires_at))
+
+    def renew_lease(
+        self, root_id: str, owner: str, ttl: float = 30.0, now: float | None = None
+    ) -> None:
+        """Extend ``owner``'s lease on ``root_id`` to ``ttl`` seconds from now.
+
+        An expired lease that nobody else has taken can still be renewed.
+
+        Raises:
+            LeaseError: ``owner`` does not hold the lease (any more).
+        """
+        now = _now(now)
+        expires_at = now + _checked_ttl(ttl)
+        with self._transaction(f"renew lease on {root_id!r}") as conn:
+            held = _lease_of(conn, root_id, lock=True)
+            if held is None or held[0] != owner:
+                raise _not_held(root_id, owner, held, now)
+            conn.execute(
+                "UPDATE leases SET expires_at = %s WHERE root_id = %s", (expires_at, root_id)
+            )
+
+    def lease_holder(self, root_id: str, now: float | None = None) -> str | None:
+        """Who runs the tree ``root_id`` now: the owner of an unexpired lease held by a
+        live process, or ``None`` (nobody: never run, finished, or its process died)."""
+        now = _now(now)
+        rows = self._read(
+            f"read the lease on {root_id!r}",
+            "SELECT owner, expires_at FROM leases WHERE root_id = %s",
+            root_id,
+        )
+        if not rows or rows[0][1] <= now or not _alive(rows[0][0]):
+            return None
+        return str(rows[0][0])
+
+    def let_go(self, root_id: str, owner: str) -> None:
+        """:meth:`clear_cancels` and :meth:`release_lease` in one transaction (a tree stopped)."""
+        with self._transaction(f"let go of {root_id!r}") as conn:
+            conn.execute("DELETE FROM cancels WHERE root_id = %s", (root_id,))
+            conn.execute("DELETE FROM leases WHERE root_id = %s AND owner = %s", (root_id, owner))
+
+    def release_lease(self, root_id: str, owner: str) -> None:
+        """Drop ``owner``'s lease on ``root_id``; another owner's lease is left alone."""
+        with self._transaction(f"release lease on {root_id!r}") as conn:
+            conn.execute("DELETE FROM leases WHERE root_id = %s AND owner = %s", (root_id, owner))
+
+    # -- executors (the distributed worker) -------------------------------
+
+    def claim(self, run_id: str, executor: str) -> RunState | None:
+        """Make ``executor`` the worker executing ``run_id``, if the run is ``running``.
+
+        The update and the read of the state are one transaction. A run that
+        :meth:`stop_unclaimed` stopped first is not claimed (and it does not
+        stop a run claimed first): of the two, exactly one wins.
+
+        Returns:
+            The run's state when claimed; None when the run is not running
+            (or does not exist): look at it with :meth:`load`.
+        """
+        with self._transaction(f"claim run {run_id!r} for {executor!r}") as conn:
+            claimed = conn.execute(
+                "UPDATE runs SET executor = %s WHERE run_id = %s AND status = %s RETURNING run_id",
+                (executor, run_id, Status.RUNNING.value),
+            ).fetchone()
+            if claimed is None:
+                return None
+            return _select_states(conn, "r.run_id = %s", (run_id,))[0]
+
+    def stop_unclaimed(self, root_id: str, reason: str) -> list[str]:
+        """Stop every run of the tree ``root_id`` that is running with no executor.
+
+        Such a run waits in a queue: nothing would see a cancel request for it.
+        Each becomes ``interrupted`` (a cancel, with ``reason``), as if its
+        executor had applied the request, in one transaction that locks the
+        rows (a concurrent :meth:`claim` waits, then finds the run stopped).
+
+        Returns:
+            The ids of the runs stopped, in id order.
+        """
+        with self._transaction(f"stop unclaimed runs of {root_id!r}") as conn:
+            ids = [
+                run_id
+                for (run_id,) in conn.execute(
+                    "SELECT run_id FROM runs WHERE root_id = %s AND status = %s"
+                    " AND executor IS NULL ORDER BY run_id FOR UPDATE",
+                    (root_id, Status.RUNNING.value),
+                )
+            ]
+            if not ids:
+                return []
+            states = _select_states(conn, "r.run_id = ANY(%s) ORDER BY r.run_id", (ids,))
+            now = time.time()
+            for state in states:
+                _stop(state, reason, now)
+                conn.execute(
+                    _UPDATE_HEAD, (state.status.value, state.updated_at, _head(state), state.run_id)
+                )
+            self._on_commit(lambda: self._written(states))
+        return ids
+
+    def requeue(self, run_id: str) -> int:
+        """Count one more (re)queueing of ``run_id`` and clear its executor; the new count.
+
+        Raises:
+            RunNotFound: no run with this id.
+        """
+        with self._transaction(f"requeue run {run_id!r}") as conn:
+            row = conn.execute(
+                "UPDATE runs SET attempt = attempt + 1, executor = NULL WHERE run_id = %s"
+                " RETURNING attempt",
+                (run_id,),
+            ).fetchone()
+        if row is None:
+            raise RunNotFound(f"no run {run_id!r} in {self._url}")
+        return int(row[0])
+
+    def attempt(self, run_id: str) -> int:
+        """How many times ``run_id`` was (re)queued (0: never).
+
+        Raises:
+            RunNotFound: no run with this id.
+        """
+        rows = self._read(
+            f"read the attempt of run {run_id!r}",
+            "SELECT attempt FROM runs WHERE run_id = %s",
+            run_id,
+        )
+        if not rows:
+            raise RunNotFound(f"no run {run_id!r} in {self._url}")
+        return int(rows[0][0])
+
+    def set_executor(self, run_id: str, executor: str | None) -> None:
+        """Record ``executor`` as the worker executing ``run_id`` (None: no worker).
+
+        Raises:
+            RunNotFound: no run with this id.
+        """
+        with self._transaction(f"set the executor of run {run_id!r}") as conn:
+            updated = conn.execute(
+                "UPDATE runs SET executor = %s WHERE run_id = %s", (executor, run_id)
+            ).rowcount
+        if updated == 0:
+            raise RunNotFound(f"no run {run_id!r} in {self._url}")
+
+    # -- transactions -----------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """This thread's connection, in a transaction for the ``with`` block.
+
+        Committed when the block ends, rolled back if it raises; psycopg
+        errors come out as :class:`StoreError`. For SQL of other modules (a
+        budget ledger) next to the store's tables. The store's own methods
+        called inside the block join it (each in a savepoint), so they commit
+        or roll back with it.
+        """
+        with self._transaction("run a transaction") as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def _transaction(self, doing: str) -> Iterator[Connection]:
+        """One transaction on this thread's connection (a savepoint if one is open).
+
+        Callbacks given to :meth:`_on_commit` inside it run once the outermost
+        transaction has committed; those of a block that failed are dropped.
+        """
+        local = self._local
+        depth: int = getattr(local, "depth", 0)
+        if depth == 0:
+            local.after_commit = []
+        mark = len(local.after_commit)
+        with self._psycopg_errors(doing):
+            conn = self._connection()
+            local.depth = depth + 1
+            try:
+                with conn.transaction():
+                    yield conn
+            except BaseException:
+                del local.after_commit[mark:]
+                raise
+            finally:
+                local.depth = depth
+        if depth == 0:
+            callbacks, local.after_commit = local.after_commit, []
+            for callback in callbacks:
+                callback()
+
+    def _on_commit(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once the transaction open on this thread commits."""
+        self._local.after_commit.append(callback)
+
+    def _read(self, doing: str, sql: str, *params: object) -> list[TupleRow]:
+        """The rows of one query (one statement: a consistent snapshot)."""
+        with self._transaction(doing) as conn:
+            return conn.execute(sql, params).fetchall()
+
+    @contextlib.contextmanager
+    def _psycopg_errors(self, doing: str) -> Iterator[None]:
+        try:
+            yield
+        except psycopg.Error as exc:
+            text = " ".join(str(exc).split())
+            conn = getattr(self._local, "conn", None)
+            if conn is None or conn.closed:
+                raise StoreError(
+                    f"cannot reach PostgreSQL at {self._where}: cannot {doing}: {text}"
+                ) from exc
+            raise StoreError(f"PostgreSQL at {self._where}: cannot {doing}: {text}") from exc
+
+    # -- connections ------------------------------------------------------
+
+    def _connection(self) -> Connection:
+        """This thread's open connection, made (or remade, if it broke) on demand."""
+        self._refuse_if_closed()
+        conn: Connection | None = getattr(self._local, "conn", None)
+        if conn is not None and not conn.closed:
+            return conn
+        self._local.conn = None
+        fresh = self._connect()
+        with self._lock:
+            try:
+                self._refuse_if_closed()  # closed while this thread connected
+            except StateError:
+                fresh.close()
+                raise
+            self._close_unused(conn)
+            self._conns[threading.current_thread()] = fresh
+        self._local.conn = fresh
+        return fresh
+
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            raise StateError(f"the store at {self._url} is closed")
+
+    def _close_unused(self, broken: Connection | None) -> None:
+        """Close ``broken`` and the connections of threads that have ended (lock held)."""
+        if broken is not None:
+            broken.close()
+        for thread in [t for t in self._conns if not t.is_alive()]:
+            self._conns.pop(thread).close()
+
+    def _connect(self) -> Connection:
+        options: dict[str, Any] = {"autocommit": False}
+        given = conninfo_to_dict(self._dsn)
+        if "connect_timeout" not in given:
+            options["connect_timeout"] = CONNECT_TIMEOUT_S
+        if "application_name" not in given:
+            options["application_name"] = "orchestra"
+        try:
+            return psycopg.connect(self._dsn, **options)
+        except psycopg.Error as exc:
+            text = " ".join(str(exc).split())
+            raise StoreError(f"cannot reach PostgreSQL at {self._where}: {text}") from exc
+
+    def _create_schema(self) -> None:
+        with self._transaction("create the schema") as conn:
+            conn.execute(_LOCK, ("orchestra schema",))
+            (exists,) = _one(conn.execute("SELECT to_regclass('orchestra_schema') IS NOT NULL"))
+            if not exists:
+                for statement in _TABLES:
+                    conn.execute(statement)
+                conn.execute("INSERT INTO orchestra_schema VALUES (%s)", (PG_SCHEMA_VERSION,))
+                return
+            found = [v for (v,) in conn.execute("SELECT version FROM orchestra_schema")]
+        if found != [PG_SCHEMA_VERSION]:
+            shown = found[0] if len(found) == 1 else found
+            raise StateError(
+                f"{self._url} has store schema version {shown!r}; this Orchestra "
+                f"reads version {PG_SCHEMA_VERSION} only (upgrade Orchestra)"
+            )
+
+
+def _where(url: str, shown: str) -> str:
+    """``host:port/database`` of a PostgreSQL URL; :class:`ConfigError` if it is not one."""
+    if urlsplit(url).scheme not in ("postgresql", "postgres"):
+        raise ConfigError(f"a PostgreSQL store needs a postgresql:// URL, got {shown!r}")
+    try:
+        urlsplit(url).port  # noqa: B018 - a port that is not a number raises ValueError
+        info = conninfo_to_dict(url)
+    except (ValueError, psycopg.Error) as exc:
+        raise ConfigError(f"not a valid PostgreSQL URL: {shown!r}") from exc
+    host = info.get("host") or info.get("hostaddr") or "localhost"
+    port = info.get("port") or 5432
+    database = info.get("dbname") or info.get("user") or ""
+    return f"{host}:{port}/{database}"
+
+
+def _one(cursor: psycopg.Cursor[TupleRow]) -> TupleRow:
+    row = cursor.fetchone()
+    if row is None:  # pragma: no cover - the statements always return one row
+        raise StoreError("PostgreSQL returned no row")
+    return row
+
+
+def _head(state: RunState) -> str:
+    """The state without its transcript, as JSON text; :class:`StateError` if it is not JSON."""
+    try:
+        return head_json(state).decode()
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        raise StateError(f"run {state.run_id!r} cannot be stored as JSON: {exc}") from exc
+
+
+def _select_states(conn: Connection, where: str, params: Sequence[object]) -> list[RunState]:
+    """The states (transcripts joined) of the runs ``where`` selects, in its order."""
+    rows = conn.execute(_SELECT_STATES + where, params).fetchall()
+    return [
+        joined(head, [_message(run_id, i, data) for i, data in enumerate(messages)])
+        for run_id, head, messages in rows
+    ]
+
+
+def _stop(state: RunState, reason: str, now: float) -> None:
+    """Make ``state`` a run interrupted by a cancel (as the Runner stops a cancelled run)."""
+    state.status = Status.INTERRUPTED
+    state.reason = reason
+    state.interruption = Interruption(kind=InterruptionKind.CANCELLED, reason=reason)
+    state.updated_at = now
+
+
+def _lease_of(conn: Connection, root_id: str, *, lock: bool = False) -> tuple[str, float] | None:
+    sql = "SELECT owner, expires_at FROM leases WHERE root_id = %s"
+    row = conn.execute(sql + (" FOR UPDATE" if lock else ""), (root_id,)).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def _check_fence(conn: Connection, root_id: str, owner: str) -> None:
+    """Raise :class:`LeaseLost` unless ``owner`` holds the lease on ``root_id``.
+
+    The lease row is read ``FOR SHARE``: a process taking the lease over
+    (which updates the row) waits for this save to commit, or this read waits
+    for the takeover and then sees the new owner. An expired lease that
+    nobody else took still counts as held.
+    """
+    row = conn.execute(
+        "SELECT owner FROM leases WHERE root_id = %s FOR SHARE", (root_id,)
+    ).fetchone()
+    if row is None or row[0] != owner:
+        holder = "nobody" if row is None else repr(row[0])
+        raise LeaseLost(
+            f"{owner!r} lost the lease on run tree {root_id!r} (now held by {holder}); "
+            "this process stopped without saving or starting anything more"
+        )
+
+
+def _pick(prefix: str, ids: Sequence[str], where: str) -> str:
+    """The one id ``prefix`` designates among the (sorted, capped) candidates."""
+    if prefix in ids:
+        return prefix
+    if not ids:
+        raise RunNotFound(f"no run id starts with {prefix!r} in {where}")
+    if len(ids) > 1:
+        shown = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+        raise StateError(f"run id prefix {prefix!r} is ambiguous: {shown} (give more characters)")
+    return ids[0]

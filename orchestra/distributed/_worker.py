@@ -1,0 +1,319 @@
+"""``orchestra worker``: a process that executes queued runs, a step at a time.
+
+The main thread runs trio; DBOS runs in threads of its own and calls into
+the trio loop for each step (see :mod:`orchestra.distributed._dbos`). Besides
+the steps, the loop runs three small tasks:
+
+- the **cancel watcher**: every ``poll_interval`` (50 ms) one query for cancel
+  requests; a run of a tree with one is cancelled through its trio cancel
+  scope at once (mid model call, mid tool), not at its next step boundary;
+- the **heartbeat**: this worker's row in ``workers``, renewed every
+  ``heartbeat_s``;
+- the **reaper**: a worker whose heartbeat is older than ``dead_after_s`` is
+  dead (killed, or its machine lost); one live worker (an advisory lock
+  decides which) has DBOS queue its pending workflows again, and any live
+  worker takes them up where their store state says they were.
+
+Runs are rebuilt from the store at each step: the state, its ancestors as
+read-only snapshots (their limits bound the run; their spend and
+reservations come from the ledger, locked, at each budget decision), and
+the agent, from the root run's recipe (``orchestra demo``/``run``) or from
+an import reference (``orchestra.distributed.submit(agents="pkg.mod:attr")``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import socket
+import time
+from typing import Any
+
+import attrs
+import trio
+
+from .._agent import Agent
+from .._cli_recipe import Recipe
+from .._events import EventSink
+from .._exceptions import ConfigError, StateError
+from .._execute import execute, trio_deadline
+from .._money import PriceTable
+from .._provider import OpenAIProvider
+from .._run import LiveRun
+from .._state import RunState, Status
+from . import _dbos
+from ._host import WorkerRunner
+from ._ledger import PostgresLedger
+
+__all__ = ["AGENTS_KEY", "Worker", "agent_of_reference"]
+
+AGENTS_KEY = "orchestra.agents"
+"""Run metadata: the ``module:attribute`` of the root agent (an Agent or a
+function returning one) for runs submitted from Python."""
+
+_WORKERS_TABLE = """CREATE TABLE IF NOT EXISTS workers (
+    executor TEXT PRIMARY KEY,
+    pid INTEGER NOT NULL,
+    host TEXT NOT NULL,
+    started_at DOUBLE PRECISION NOT NULL,
+    beat_at DOUBLE PRECISION NOT NULL
+)"""
+
+
+def agent_of_reference(reference: str) -> Agent:
+    """The agent ``module:attribute`` names (an Agent, or a function returning one).
+
+    Raises:
+        ConfigError: it cannot be imported or is not an agent.
+    """
+    module, _, attr = reference.partition(":")
+    try:
+        found: Any = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"cannot import agents {reference!r}: {exc}") from None
+    agent = found() if callable(found) and not isinstance(found, Agent) else found
+    if not isinstance(agent, Agent):
+        raise ConfigError(f"{reference!r} is not an Agent (nor a function returning one)")
+    return agent
+
+
+@attrs.define(kw_only=True, eq=False)
+class Worker:
+    """One worker process's state. ``serve()`` runs it until cancelled."""
+
+    database: str
+    executor_id: str = attrs.field(factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    concurrency: int = 4
+    base_url: str | None = None
+    """Where runs submitted from Python ask their model (None: the embedded
+    scripted provider, as ``orchestra demo``)."""
+    model_api_key: str = ""
+    poll_interval: float = 0.05
+    heartbeat_s: float = 0.5
+    dead_after_s: float = 3.0
+    sink: EventSink | None = None
+    _store: Any = attrs.field(default=None, init=False)
+    _ledger: PostgresLedger | None = attrs.field(default=None, init=False)
+    _queue: _dbos.DBOSQueue | None = attrs.field(default=None, init=False)
+    _scripted_url: str | None = attrs.field(default=None, init=False)
+    _providers: dict[str | None, OpenAIProvider] = attrs.field(factory=dict, init=False)
+    _runners: dict[str, WorkerRunner] = attrs.field(factory=dict, init=False)
+    _roots: dict[str, tuple[WorkerRunner, Agent]] = attrs.field(factory=dict, init=False)
+    _running: dict[str, LiveRun] = attrs.field(factory=dict, init=False)
+    _taken: set[str] = attrs.field(factory=set, init=False)
+    _cancels: dict[str, str] = attrs.field(factory=dict, init=False)
+
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Take runs from the queue until cancelled (then DBOS is stopped).
+
+        Cancellation: the runs executing here are interrupted like any cancel
+        (their workflows stay pending in DBOS, so another worker continues them
+        once this one's heartbeat is old).
+        """
+        from ..testing import scripted_server
+        from ._pgstore import PostgresStore
+
+        self._store = PostgresStore(self.database)
+        self._ledger = PostgresLedger(store=self._store, executor=self.executor_id)
+        await trio.to_thread.run_sync(self._prepare)
+        await trio.to_thread.run_sync(_dbos.migrate, self.database, self._store)
+        self._queue = _dbos.DBOSQueue(self.database, self._store.attempt)
+        try:
+            async with scripted_server(faults=False) as url, trio.open_nursery() as nursery:
+                self._scripted_url = url
+                _dbos.serve(self.advance)
+                await trio.to_thread.run_sync(
+                    _dbos.launch, self.database, self.executor_id, self.concurrency
+                )
+                nursery.start_soon(self._watch)
+                nursery.start_soon(self._beat)
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._close()
+
+    def _prepare(self) -> None:
+        assert self._ledger is not None
+        self._ledger.create()
+        with self._store.transaction() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('orchestra.workers'))")
+            conn.execute(_WORKERS_TABLE)
+        self._heartbeat()
+
+    async def _close(self) -> None:
+        await trio.to_thread.run_sync(_dbos.destroy)
+        for provider in self._providers.values():
+            await provider.aclose()
+        if self._queue is not None:
+            self._queue.close()
+        self._store.close()
+
+    # -- one step ---------------------------------------------------------------
+
+    async def advance(self, run_id: str) -> str:
+        """Execute the next step of ``run_id`` here; its status after it."""
+        state: RunState | None = await trio.to_thread.run_sync(
+            self._store.claim, run_id, self.executor_id
+        )
+        if state is None:
+            saved: RunState = await trio.to_thread.run_sync(self._store.load, run_id)
+            return saved.status.value
+        try:
+            live = await self._live(state)
+        except (ConfigError, StateError) as exc:  # cannot be rebuilt here: fails, as data
+            return self._fail(state, f"the worker cannot execute this run: {exc}")
+        first = run_id not in self._taken
+        self._taken.add(run_id)
+        if first:
+            await self._settle_lost(live)
+        reason = self._cancel_of(live)
+        if reason is not None:
+            live.request_cancel(reason)
+        self._running[run_id] = live
+        try:
+            await execute(live, one_step=True, announce=first)
+        finally:
+            del self._running[run_id]
+        if live.state.status is not Status.RUNNING:
+            self._taken.discard(run_id)
+        return live.state.status.value
+
+    def _fail(self, state: RunState, reason: str) -> str:
+        state.status, state.reason = Status.FAILED, reason
+        state.updated_at = time.time()
+        self._store.save(state)
+        return state.status.value
+
+    async def _live(self, state: RunState) -> LiveRun:
+        """The run, live, under snapshots of its ancestors (numbers from the ledger)."""
+        lineage: list[RunState] = []
+        parent_id = state.parent_id
+        while parent_id is not None:
+            parent: RunState = await trio.to_thread.run_sync(self._store.load, parent_id)
+            lineage.append(parent)
+            parent_id = parent.parent_id
+        root = lineage[-1] if lineage else state
+        runner, root_agent = await self._root(root)
+        node: LiveRun | None = None
+        for ancestor in reversed(lineage):
+            node = self._node(ancestor, root_agent, runner, node)
+        live = self._node(state, root_agent, runner, node)
+        assert self._ledger is not None
+        await self._ledger.refresh(live)
+        return live
+
+    def _node(
+        self, state: RunState, root_agent: Agent, runner: WorkerRunner, parent: LiveRun | None
+    ) -> LiveRun:
+        agent = root_agent.find(state.agent)
+        if agent is None:
+            raise StateError(
+                f"run {state.run_id}: no agent {state.agent!r} under {root_agent.name!r}"
+            )
+        node = LiveRun(state=state, agent=agent, runner=runner, parent=parent)
+        node.deadline = trio_deadline(node)
+        return node
+
+    async def _settle_lost(self, live: LiveRun) -> None:
+        assert self._ledger is not None
+        lost = await self._ledger.settle_lost(live)
+        if lost is not None:
+            live.emit(
+                "lost_call",
+                cost_usd=lost.cost_usd,
+                message="a model call was in flight when its worker died; charged at "
+                "its reservation",
+            )
+
+    def _cancel_of(self, live: LiveRun) -> str | None:
+        for node in live.lineage():
+            reason = self._cancels.get(node.state.run_id)
+            if reason is not None:
+                return reason
+        return None
+
+    # -- agents and providers ---------------------------------------------------
+
+    async def _root(self, root: RunState) -> tuple[WorkerRunner, Agent]:
+        """The runner and root agent of a tree (made once per tree in this process)."""
+        known = self._roots.get(root.run_id)
+        if known is None:
+            known = self._rebuild(root)
+            self._roots[root.run_id] = known
+        return known
+
+    def _rebuild(self, root: RunState) -> tuple[WorkerRunner, Agent]:
+        reference = root.metadata.get(AGENTS_KEY)
+        if reference is not None:
+            agent = agent_of_reference(reference)
+            prices = PriceTable(warn_unknown=self.base_url is not None)
+            return self._runner(self.base_url, prices, self.model_api_key), agent
+        recipe = Recipe.of(root)
+        if recipe.mcp:
+            raise ConfigError("runs with MCP tools are not executed by workers yet")
+        agent = recipe.agent(root.limits)
+        url = None if recipe.scenario is not None else recipe.base_url
+        return self._runner(url, recipe.prices(), self.model_api_key), agent
+
+    def _runner(self, base_url: str | None, prices: PriceTable, api_key: str) -> WorkerRunner:
+        key = f"{base_url}|{prices!r}"
+        runner = self._runners.get(key)
+        if runner is None:
+            assert self._queue is not None and self._ledger is not None
+            runner = WorkerRunner(
+                provider=self._provider(base_url, api_key),
+                prices=prices,
+                store=self._store,
+                sink=self.sink,
+                queue=self._queue,
+                pg_ledger=self._ledger,
+                ledger=self._ledger,
+                owner=self.executor_id,
+            )
+            self._runners[key] = runner
+        return runner
+
+    def _provider(self, base_url: str | None, api_key: str) -> OpenAIProvider:
+        provider = self._providers.get(base_url)
+        if provider is None:
+            url = base_url or self._scripted_url
+            provider = OpenAIProvider(base_url=url, api_key=api_key or "scripted")
+            self._providers[base_url] = provider
+        return provider
+
+    # -- watcher, heartbeat, reaper ---------------------------------------------
+
+    async def _watch(self) -> None:
+        """Apply cancel requests to the runs executing here, every ``poll_interval``."""
+        while True:
+            self._cancels = await trio.to_thread.run_sync(self._store.pending_cancels)
+            for live in list(self._running.values()):
+                reason = self._cancel_of(live)
+                if reason is not None and live.cancel_reason is None:
+                    live.request_cancel(reason)
+            await trio.sleep(self.poll_interval)
+
+    async def _beat(self) -> None:
+        """Renew this worker's heartbeat; have dead workers' workflows recovered."""
+        while True:
+            await trio.sleep(self.heartbeat_s)
+            dead = await trio.to_thread.run_sync(self._heartbeat)
+            if dead:
+                await trio.to_thread.run_sync(_dbos.recover, dead)
+
+    def _heartbeat(self) -> list[str]:
+        """Beat; claim the workers dead since (their rows go); their ids."""
+        now = time.time()
+        with self._store.transaction() as conn:
+            conn.execute(
+                "INSERT INTO workers (executor, pid, host, started_at, beat_at) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (executor) DO UPDATE SET "
+                "beat_at = excluded.beat_at, pid = excluded.pid, host = excluded.host",
+                (self.executor_id, os.getpid(), socket.gethostname(), now, now),
+            )
+            rows = conn.execute(
+                "DELETE FROM workers WHERE beat_at < %s AND executor <> %s RETURNING executor",
+                (now - self.dead_after_s, self.executor_id),
+            ).fetchall()
+        return [row[0] for row in rows]

@@ -1,0 +1,71 @@
+"""Agents the distributed tests submit by reference (workers import this module).
+
+- :func:`journal_tree`: the ``slow_tree`` parent asks N researchers at once;
+  each researcher's ``scan_archive`` is here an *idempotent write*: it takes
+  ``seconds`` (3 s in the script), then appends its idempotency key to the
+  journal file ``$ORCHESTRA_TEST_JOURNAL`` unless the key is there already.
+  A worker killed mid-write leaves the call in doubt; the worker that takes
+  the run up runs it again with the same key, so the journal gets each
+  call's effect exactly once.
+- :func:`scan_tree`: ``[tree N] [slow]``: N children, each in a 600 s scan
+  (a tree to cancel).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import trio
+
+from orchestra import Agent, Limits, ToolContext, catalog, tool
+
+SANDBOX = Path(os.environ.get("ORCHESTRA_TEST_SANDBOX", "."))
+
+
+@tool(idempotent=True)
+async def scan_archive(query: str, ctx: ToolContext, seconds: float = 3.0) -> str:
+    """Scan the archive and journal the finding (a slow write).
+
+    Args:
+        query: the text to look for.
+        seconds: how long the scan takes.
+    """
+    journal = trio.Path(os.environ["ORCHESTRA_TEST_JOURNAL"])
+    key = ctx.idempotency_key
+    if await journal.exists() and key in (await journal.read_text()).split():
+        return f"Journaled {query!r} already."
+    await trio.sleep(seconds)
+    async with await journal.open("a") as f:
+        await f.write(f"{key}\n")
+    return f"Scanned for {query!r}: 1 match in errors.log; journaled."
+
+
+def journal_tree() -> Agent:
+    researcher = Agent(
+        name="researcher",
+        model="researcher",
+        instructions="You are a researcher.",
+        tools=(scan_archive,),
+        limits=Limits(max_turns=4, max_budget_usd=0.01),
+    )
+    return Agent(
+        name="assistant",
+        model="slow_tree",
+        instructions="You are an operations assistant.",
+        tools=(researcher.as_tool(name="research"),),
+        limits=Limits(max_turns=40, max_budget_usd=0.2),
+        max_tokens=4096,
+    )
+
+
+def scan_tree() -> Agent:
+    tools = tuple(t for t in catalog(SANDBOX) if t.name == "scan_archive")
+    leaf = Agent(name="leaf", model="tree", instructions="You are a researcher.", tools=tools)
+    return Agent(
+        name="root",
+        model="tree",
+        instructions="You are a researcher.",
+        tools=(leaf.as_tool(name="research"),),
+        max_tokens=8192,
+    )

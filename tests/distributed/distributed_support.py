@@ -1,0 +1,133 @@
+"""Worker processes for the distributed tests: start N, kill one, stop all."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from orchestra import Status
+from orchestra.distributed import Cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+READY_S = 90.0
+
+
+class Workers:
+    """``orchestra worker`` processes on one database (``python -m``, so that
+    ``tests.distributed.agents`` imports), their logs in ``logs``."""
+
+    def __init__(self, url: str, logs: Path, env: dict[str, str]) -> None:
+        self.url, self.logs, self.env = url, logs, env
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, concurrency: int = 3) -> None:
+        with (self.logs / f"{name}.log").open("wb") as log:
+            self.procs[name] = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "orchestra",
+                    "worker",
+                    "--store",
+                    self.url,
+                    "--id",
+                    name,
+                    "--concurrency",
+                    str(concurrency),
+                ],
+                cwd=ROOT,
+                env={**os.environ, **self.env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_S
+        for name, proc in self.procs.items():
+            log = self.logs / f"{name}.log"
+            while b"ready" not in log.read_bytes():
+                assert proc.poll() is None, f"worker {name} exited:\n{log.read_text()}"
+                assert time.monotonic() < deadline, f"worker {name} not ready:\n{log.read_text()}"
+                time.sleep(0.05)
+
+    def kill(self, name: str) -> None:
+        proc = self.procs[name]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+    def log(self, name: str) -> str:
+        return (self.logs / f"{name}.log").read_text(errors="replace")
+
+
+@contextmanager
+def workers(url: str, logs: Path, count: int, env: dict[str, str]) -> Iterator[Workers]:
+    """``count`` ready workers (w1…), stopped after the block; DBOS's database dropped."""
+    pool = Workers(url, logs, env)
+    try:
+        for i in range(1, count + 1):
+            pool.start(f"w{i}")
+        pool.wait_ready()
+        yield pool
+    finally:
+        pool.stop()
+        _drop_system_database(url)
+
+
+def _drop_system_database(url: str) -> None:
+    from orchestra.distributed._dbos import system_url
+
+    base, _, name = system_url(url).rpartition("/")
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def wait_until(check: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def executors(cluster: Cluster, root_id: str) -> dict[str, str | None]:
+    """The worker that last executed each run of the tree."""
+    with cluster.store.transaction() as conn:
+        rows = conn.execute(
+            "SELECT run_id, executor FROM runs WHERE root_id = %s", (root_id,)
+        ).fetchall()
+    return dict(rows)
+
+
+def in_tool(cluster: Cluster, root_id: str, tool: str) -> set[str]:
+    """Runs of the tree that started ``tool`` (per the stored events)."""
+    return {
+        e["run_id"]
+        for e in cluster.store.events(root_id=root_id)
+        if e["type"] == "tool_start" and e.get("tool") == tool
+    }
+
+
+def finished(cluster: Cluster, root_id: str) -> bool:
+    return cluster.store.load(root_id).status is not Status.RUNNING

@@ -1,0 +1,153 @@
+"""Run trees on three worker processes over PostgreSQL: the issue's promises.
+
+- a research tree of 1 parent + 6 children: children on at least 2 workers,
+  tree spend equal to the sum of the ledger, no node over its budget;
+- one cancel stops every run of a running 3-worker tree within 200 ms;
+- SIGKILL of a worker mid-write: its runs complete on another worker, each
+  write's effect exactly once, no model call paid twice;
+- a run paused for approval on one worker continues on any after approve.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from distributed_support import executors, finished, wait_until, workers
+
+from orchestra import InterruptionKind, Limits, Status
+from orchestra._approval import approve
+from orchestra._cli_recipe import Recipe
+from orchestra.distributed import AGENTS_KEY, Cluster, cancel_tree, ledger_rows, resume_tree, submit
+from orchestra.distributed._worker import agent_of_reference
+from orchestra.testing import SANDBOX_FILES
+
+TREE_S = 90.0
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Path:
+    box = tmp_path / "sandbox"
+    box.mkdir()
+    for name, text in SANDBOX_FILES.items():
+        (box / name).write_text(text)
+    return box
+
+
+@pytest.fixture
+def env(tmp_path: Path, sandbox: Path) -> dict[str, str]:
+    return {
+        "ORCHESTRA_TEST_JOURNAL": str(tmp_path / "journal"),
+        "ORCHESTRA_TEST_SANDBOX": str(sandbox),
+    }
+
+
+def _children(cluster: Cluster, root_id: str) -> list:
+    return [s for s in cluster.store.tree(root_id) if s.parent_id is not None]
+
+
+def test_research_tree_spreads_over_workers_within_its_budgets(
+    pg_url: str, tmp_path: Path, sandbox: Path, env: dict[str, str]
+) -> None:
+    recipe = Recipe(directory=str(sandbox), scenario="slow_tree", child_budget=0.01, child_turns=4)
+    agent = recipe.agent(Limits(max_turns=20, max_budget_usd=0.05))
+    with workers(pg_url, tmp_path, 3, env), Cluster(pg_url) as cluster:
+        root = submit(cluster, agent, "Scan the archives, children=6.", metadata=recipe.metadata())
+        wait_until(lambda: finished(cluster, root), TREE_S, "the tree")
+        states = cluster.store.tree(root)
+        spent = sum(row["cost_pico"] for row in ledger_rows(cluster, root))
+        ran_on = executors(cluster, root)
+    assert len(states) == 7
+    assert {s.status for s in states} == {Status.COMPLETED}
+    children = [s for s in states if s.parent_id == root]
+    assert len({ran_on[s.run_id] for s in children}) >= 2, ran_on
+    top = next(s for s in states if s.run_id == root)
+    assert top.tree.cost_pico == spent > 0
+    assert top.tree.cost_pico == sum(s.own.cost_pico for s in states)
+    for s in states:
+        assert s.tree.cost_pico <= s.limits.budget_pico, s.run_id
+
+
+def test_one_cancel_stops_a_three_worker_tree_within_200_ms(
+    pg_url: str, tmp_path: Path, env: dict[str, str]
+) -> None:
+    reference = "tests.distributed.agents:scan_tree"
+    agent = agent_of_reference(reference)
+    with workers(pg_url, tmp_path, 3, env), Cluster(pg_url) as cluster:
+        root = submit(cluster, agent, "[tree 6] [slow]", metadata={AGENTS_KEY: reference})
+
+        def scanning() -> bool:
+            kids = _children(cluster, root)
+            return len(kids) == 6 and all(k.turns == 1 for k in kids)
+
+        wait_until(scanning, TREE_S, "six children inside their 600 s scans")
+        time.sleep(0.5)
+        ran_on = executors(cluster, root)
+        asked = time.monotonic()
+        states = cancel_tree(cluster, root, "stop the tree", wait_s=10)
+        took_ms = (time.monotonic() - asked) * 1000
+    assert len({ran_on[s.run_id] for s in states}) >= 2, ran_on
+    assert len(states) == 7
+    for s in states:
+        assert s.status is Status.INTERRUPTED, (s.run_id, s.status, s.reason)
+        assert s.interruption is not None
+        assert s.interruption.kind is InterruptionKind.CANCELLED
+    assert took_ms <= 200, f"the tree stopped {took_ms:.0f} ms after the cancel"
+
+
+def test_a_killed_workers_runs_complete_elsewhere_with_each_write_once(
+    pg_url: str, tmp_path: Path, env: dict[str, str]
+) -> None:
+    reference = "tests.distributed.agents:journal_tree"
+    agent = agent_of_reference(reference)
+    with workers(pg_url, tmp_path, 3, env) as pool, Cluster(pg_url) as cluster:
+        root = submit(
+            cluster, agent, "Scan the archives, children=6.", metadata={AGENTS_KEY: reference}
+        )
+
+        def writing() -> bool:
+            kids = _children(cluster, root)
+            return len(kids) == 6 and all(k.turns == 1 for k in kids)
+
+        wait_until(writing, TREE_S, "six children inside their 3 s writes")
+        time.sleep(1.0)
+        ran_on = executors(cluster, root)
+        victim = Counter(ran_on[k.run_id] for k in _children(cluster, root)).most_common(1)[0][0]
+        assert victim is not None
+        killed = {k.run_id for k in _children(cluster, root) if ran_on[k.run_id] == victim}
+        pool.kill(victim)
+        wait_until(lambda: finished(cluster, root), TREE_S, "the tree after the kill")
+        states = cluster.store.tree(root)
+        after = executors(cluster, root)
+        spend = ledger_rows(cluster, root)
+    assert {s.status for s in states} == {Status.COMPLETED}, [(s.run_id, s.reason) for s in states]
+    assert killed and all(after[r] != victim for r in killed), (victim, after)
+    lines = (tmp_path / "journal").read_text().split()
+    assert len(lines) == 6 and len(set(lines)) == 6, lines
+    calls = Counter((row["run_id"], row["turn"]) for row in spend)
+    assert max(calls.values()) == 1, calls
+    assert not any(row["lost"] for row in spend)
+
+
+def test_an_approval_on_one_worker_is_continued_by_any(
+    pg_url: str, tmp_path: Path, sandbox: Path, env: dict[str, str]
+) -> None:
+    recipe = Recipe(directory=str(sandbox), scenario="destructive")
+    agent = recipe.agent(Limits(max_turns=10))
+    with workers(pg_url, tmp_path, 3, env), Cluster(pg_url) as cluster:
+        root = submit(
+            cluster, agent, "The disk is full; free some space.", metadata=recipe.metadata()
+        )
+        wait_until(lambda: finished(cluster, root), TREE_S, "the approval request")
+        waiting = cluster.store.load(root)
+        assert waiting.interruption is not None
+        assert waiting.interruption.kind is InterruptionKind.APPROVAL
+        assert (sandbox / "access.log").exists()
+        approve(cluster.store, root)
+        resume_tree(cluster, root)
+        wait_until(lambda: finished(cluster, root), TREE_S, "the approved run")
+        done = cluster.store.load(root)
+    assert done.status is Status.COMPLETED, done.reason
+    assert not (sandbox / "access.log").exists()
