@@ -10,7 +10,9 @@ record the decision and queue the tree again (any worker continues it);
 from __future__ import annotations
 
 import json
+import os
 import signal
+import sys
 import time
 from typing import Any
 
@@ -42,7 +44,14 @@ def missing() -> str | None:
 def run_worker(
     database: str, executor_id: str | None, concurrency: int, base_url: str | None, api_key: str
 ) -> None:
-    """Serve as a worker until SIGINT or SIGTERM."""
+    """Serve as a worker until SIGINT or SIGTERM, then exit at once.
+
+    The runs executing here are left as they are, as if the machine had gone:
+    their workflows stay pending, and once this worker's heartbeat is older
+    than ``dead_after_s`` a live worker has them queued again (a worker
+    restarted under the same ``--id`` takes them back at once). Nothing is
+    drained: a parent waiting for its children could take hours.
+    """
     from ._worker import Worker
 
     options: dict[str, Any] = {"database": database, "concurrency": concurrency}
@@ -58,18 +67,23 @@ def run_worker(
                     f"worker {worker.executor_id} ready ({database_label(database)})", err=True
                 )
                 async for signum in signals:
-                    click.echo(f"{signal.Signals(signum).name}: stopping", err=True)
-                    nursery.cancel_scope.cancel()
-                    break
+                    click.echo(
+                        f"{signal.Signals(signum).name}: stopped; the runs in flight here "
+                        "continue on other workers",
+                        err=True,
+                    )
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    os._exit(0)  # DBOS's threads and our runs stop with the process, as in a crash
 
     trio.run(main)
 
 
 def database_label(url: str) -> str:
     """The URL without its password."""
-    from ._pgstore import PostgresStore
+    from ._pgstore import redacted
 
-    return PostgresStore.redacted(url) if hasattr(PostgresStore, "redacted") else url.split("@")[-1]
+    return redacted(url)
 
 
 def follow(cluster: Any, run_id: str, *, timeout_s: float | None = None) -> list[RunState]:

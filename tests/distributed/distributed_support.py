@@ -59,9 +59,9 @@ class Workers:
                 assert time.monotonic() < deadline, f"worker {name} not ready:\n{log.read_text()}"
                 time.sleep(0.05)
 
-    def kill(self, name: str) -> None:
+    def kill(self, name: str, how: signal.Signals = signal.SIGKILL) -> None:
         proc = self.procs[name]
-        proc.send_signal(signal.SIGKILL)
+        proc.send_signal(how)
         proc.wait(10)
 
     def stop(self) -> None:

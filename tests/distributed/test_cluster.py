@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -70,6 +71,26 @@ def test_research_tree_spreads_over_workers_within_its_budgets(
         assert s.tree.cost_pico <= s.limits.budget_pico, s.run_id
 
 
+def test_a_tight_budget_holds_for_a_tree_spread_over_workers(
+    pg_url: str, tmp_path: Path, sandbox: Path, env: dict[str, str]
+) -> None:
+    recipe = Recipe(directory=str(sandbox), scenario="slow_tree", child_budget=0.01, child_turns=4)
+    agent = recipe.agent(Limits(max_turns=30, max_budget_usd=0.008))
+    with workers(pg_url, tmp_path, 3, env), Cluster(pg_url) as cluster:
+        root = submit(cluster, agent, "Scan the archives, children=6.", metadata=recipe.metadata())
+        wait_until(lambda: finished(cluster, root), TREE_S, "the tree")
+        states = cluster.store.tree(root)
+        spent = sum(row["cost_pico"] for row in ledger_rows(cluster, root))
+        ran_on = executors(cluster, root)
+    top = next(s for s in states if s.run_id == root)
+    assert top.tree.cost_pico == spent <= top.limits.budget_pico
+    assert len({ran_on[s.run_id] for s in states if s.parent_id}) >= 2, ran_on
+    stopped = [s for s in states if s.status is Status.BUDGET_EXCEEDED]
+    assert stopped, [(s.run_id, s.status, s.reason) for s in states]  # the budget did bind
+    for s in states:
+        assert s.tree.cost_pico <= s.limits.budget_pico, s.run_id
+
+
 def test_one_cancel_stops_a_three_worker_tree_within_200_ms(
     pg_url: str, tmp_path: Path, env: dict[str, str]
 ) -> None:
@@ -97,8 +118,9 @@ def test_one_cancel_stops_a_three_worker_tree_within_200_ms(
     assert took_ms <= 200, f"the tree stopped {took_ms:.0f} ms after the cancel"
 
 
-def test_a_killed_workers_runs_complete_elsewhere_with_each_write_once(
-    pg_url: str, tmp_path: Path, env: dict[str, str]
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_stopped_workers_runs_complete_elsewhere_with_each_write_once(
+    pg_url: str, tmp_path: Path, env: dict[str, str], how: signal.Signals
 ) -> None:
     reference = "tests.distributed.agents:journal_tree"
     agent = agent_of_reference(reference)
@@ -117,7 +139,7 @@ def test_a_killed_workers_runs_complete_elsewhere_with_each_write_once(
         victim = Counter(ran_on[k.run_id] for k in _children(cluster, root)).most_common(1)[0][0]
         assert victim is not None
         killed = {k.run_id for k in _children(cluster, root) if ran_on[k.run_id] == victim}
-        pool.kill(victim)
+        pool.kill(victim, how)
         wait_until(lambda: finished(cluster, root), TREE_S, "the tree after the kill")
         states = cluster.store.tree(root)
         after = executors(cluster, root)

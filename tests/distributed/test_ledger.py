@@ -1,0 +1,158 @@
+"""The budget ledger: decisions of runs on different "workers" over one tree.
+
+Each worker is modelled by its own live copy of the lineage (as a worker
+rebuilds it from the store), sharing only the database: what one reserves
+or spends the others see only through the ledger.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+
+import pytest
+import trio
+
+from orchestra import Agent, Limits, MemoryStore, Runner, Status
+from orchestra._budget import Grant, carve, reserve, settle
+from orchestra._execute import new_state
+from orchestra._margin import Margin
+from orchestra._provider import ChatReply
+from orchestra._run import Exit, LiveRun
+from orchestra._serde import state_from_dict, state_to_dict
+from orchestra._state import RunState
+from orchestra.distributed import PostgresLedger, PostgresStore
+from orchestra.testing import ScriptedTransport
+
+AGENT = Agent(name="researcher", model="plan", instructions="You research.", max_tokens=400)
+PROMPT = 300
+
+
+@pytest.fixture
+def store(pg_url: str):
+    with PostgresStore(pg_url) as opened:
+        yield opened
+
+
+@pytest.fixture
+def ledger(store: PostgresStore) -> PostgresLedger:
+    made = PostgresLedger(store=store, executor="test")
+    made.create()
+    return made
+
+
+def _runner() -> Runner:
+    from orchestra import OpenAIProvider
+
+    provider = OpenAIProvider(base_url="http://scripted/v1", transport=ScriptedTransport())
+    return Runner(provider=provider, store=MemoryStore())
+
+
+def _tree(ledger: PostgresLedger, budget: float, children: int) -> tuple[RunState, list[RunState]]:
+    """A root with ``budget`` and ``children`` children carved from it, in the ledger."""
+    root = new_state(AGENT, "find out", Limits(max_budget_usd=budget).anchored(time.time()))
+    ledger.open_node(root, 0)
+    kids = []
+    for i in range(children):
+        parent = LiveRun(state=root, agent=AGENT, runner=_runner())
+        kid = new_state(AGENT, f"part {i}", Limits(max_budget_usd=budget), parent, f"call_{i}")
+        ledger.open_node(kid, 1)
+        kids.append(kid)
+    return root, kids
+
+
+def _copy(state: RunState) -> RunState:
+    return state_from_dict(state_to_dict(state))
+
+
+def _worker_view(root: RunState, kid: RunState) -> LiveRun:
+    """A kid as a worker sees it: its own copies of the kid and of its parent."""
+    runner = _runner()
+    parent = LiveRun(state=_copy(root), agent=AGENT, runner=runner)
+    return LiveRun(state=_copy(kid), agent=AGENT, runner=runner, parent=parent)
+
+
+def _reply(grant: Grant) -> ChatReply:
+    """The worst case: the prompt as reserved and every output token used."""
+    return ChatReply(
+        message={"role": "assistant", "content": "x"},
+        finish_reason="length",
+        prompt_tokens=grant.prompt,
+        completion_tokens=grant.max_tokens,
+    )
+
+
+async def _spend_until_stopped(ledger: PostgresLedger, run: LiveRun) -> int:
+    """Reserve and pay the worst case until the gate refuses; the calls made."""
+    calls = 0
+    while True:
+        gate = await ledger.guarded(run, lambda: reserve(run, PROMPT, 2, Margin()))
+        if isinstance(gate, Exit):
+            assert gate.status is Status.BUDGET_EXCEEDED
+            return calls
+        await trio.lowlevel.checkpoint()  # others decide while this call is "in flight"
+        await ledger.guarded(run, partial(settle, run, gate, _reply(gate), Margin()))
+        calls += 1
+
+
+async def test_children_on_several_workers_never_spend_past_the_parents_budget(
+    ledger: PostgresLedger, store: PostgresStore
+) -> None:
+    root, kids = _tree(ledger, budget=0.01, children=8)
+    views = [_worker_view(root, kid) for kid in kids]
+    async with trio.open_nursery() as nursery:
+        for view in views:
+            nursery.start_soon(_spend_until_stopped, ledger, view)
+    check = LiveRun(state=root, agent=AGENT, runner=_runner())
+    await ledger.refresh(check)
+    spent = ledger.spent(root.run_id)
+    assert 0 < check.state.tree.cost_pico <= root.limits.budget_pico
+    assert spent.cost_pico == check.state.tree.cost_pico
+    assert check.reserved_pico == check.reserved_turns == 0
+    assert sum(view.state.own.cost_pico for view in views) == spent.cost_pico
+    # the budget was really contended: no one child could have spent it alone
+    assert max(view.state.own.cost_pico for view in views) < spent.cost_pico
+
+
+async def test_a_hold_left_by_a_dead_worker_is_charged_at_its_reservation(
+    ledger: PostgresLedger,
+) -> None:
+    root, (kid,) = _tree(ledger, budget=0.01, children=1)
+    dead = _worker_view(root, kid)
+    grant = await ledger.guarded(dead, lambda: reserve(dead, PROMPT, 2, Margin()))
+    assert isinstance(grant, Grant)
+    # the worker dies mid-call; another takes the run up from the store's state
+    alive = _worker_view(root, kid)
+    lost = await ledger.settle_lost(alive)
+    assert lost is not None and lost.cost_pico == grant.pico and lost.model_calls == 1
+    assert alive.state.own.cost_pico == grant.pico
+    assert await ledger.settle_lost(alive) is None  # charged once
+    check = LiveRun(state=root, agent=AGENT, runner=_runner())
+    await ledger.refresh(check)
+    assert check.state.tree.cost_pico == grant.pico == ledger.spent(root.run_id).cost_pico
+    assert check.reserved_pico == 0
+
+
+async def test_carving_sees_what_other_workers_spent(ledger: PostgresLedger) -> None:
+    root, (kid,) = _tree(ledger, budget=0.01, children=1)
+    spender = _worker_view(root, kid)
+    await _spend_until_stopped(ledger, spender)
+    stale_parent = LiveRun(state=_copy(root), agent=AGENT, runner=_runner())
+    assert stale_parent.state.tree.cost_pico == 0  # this worker has not seen the spend
+    carved = await ledger.guarded(
+        stale_parent, lambda: carve(stale_parent, Limits(max_budget_usd=0.01), time.time())
+    )
+    left = root.limits.budget_pico - ledger.spent(root.run_id).cost_pico
+    if isinstance(carved, str):
+        assert "no budget left" in carved
+    else:
+        assert carved.budget_pico is not None and carved.budget_pico <= left
+
+
+def test_a_lineage_without_ledger_rows_is_refused(ledger: PostgresLedger) -> None:
+    from orchestra import StateError
+
+    orphan = new_state(AGENT, "lost", Limits(max_budget_usd=0.01))
+    run = LiveRun(state=orphan, agent=AGENT, runner=_runner())
+    with pytest.raises(StateError, match="no row for run"):
+        ledger._guarded(run, lambda: None)
