@@ -1,0 +1,235 @@
+"""Claim: a run tree spread over three worker processes keeps its promises.
+
+Starts three ``orchestra worker`` processes on one PostgreSQL database, then:
+
+1. a research tree of 1 parent + 6 children (``slow_tree``; each child spends
+   within a $0.01 budget): on how many workers the children ran, the tree's
+   spend against the sum of the budget ledger, the most any run spent of
+   its budget;
+2. the same tree, cancelled with one call 1.2 s into the children's 3 s
+   scans: ms until every run was ``interrupted``;
+3. the same tree, and the worker running most children killed (SIGKILL) 1 s
+   into their scans: s until the tree completed on the other workers, and
+   model calls paid twice (from the ledger).
+
+Exits 1 (``CLAIM FAILED``) if a child ran on one worker only, spend differs
+from the ledger, a run spent past its budget, the cancel took over 200 ms, or
+a call was paid twice.
+
+    python examples/distributed_tree.py [--store postgresql://…]
+
+Without ``--store`` (or ``$ORCHESTRA_PG_URL``) a throwaway PostgreSQL cluster
+is started with ``tools/postgres.py`` (Debian's postgresql package) and
+removed afterwards. Needs ``pip install 'orchestra[distributed]'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from orchestra import Limits, Status
+from orchestra._cli_recipe import Recipe
+from orchestra.distributed import Cluster, cancel_tree, ledger_rows, submit
+from orchestra.testing import make_sandbox
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKERS = 3
+CHILDREN = 6
+CANCEL_MAX_MS = 200.0
+WAIT_S = 120.0
+
+
+@contextmanager
+def server(given: str | None) -> Iterator[str]:
+    """A PostgreSQL server URL: the one given, or a throwaway cluster."""
+    if given:
+        yield given
+        return
+    state = tempfile.mkdtemp(prefix="orchestra-example-pg.")
+    tool = [sys.executable, str(ROOT / "tools" / "postgres.py")]
+    try:
+        started = subprocess.run([*tool, "start", "--dir", state], capture_output=True, text=True)
+        if started.returncode != 0:
+            sys.exit(f"cannot start PostgreSQL: {started.stderr.strip()}")
+        yield started.stdout.strip()
+    finally:
+        subprocess.run([*tool, "stop", "--dir", state], capture_output=True)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+@contextmanager
+def database(server_url: str) -> Iterator[str]:
+    """A fresh database (and DBOS's beside it), dropped afterwards."""
+    import psycopg
+
+    name = f"orchestra_example_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlsplit(server_url)._replace(path=f"/{name}").geturl()
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            for db in (name, f"{name}_dbos"):
+                admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
+@contextmanager
+def workers(url: str, logs: Path) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        for i in range(1, WORKERS + 1):
+            name = f"w{i}"
+            with (logs / f"{name}.log").open("wb") as log:
+                procs[name] = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "orchestra",
+                        "worker",
+                        "--store",
+                        url,
+                        "--id",
+                        name,
+                        "--concurrency",
+                        "3",
+                    ],
+                    cwd=ROOT,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+        for name in procs:
+            wait(lambda n=name: b"ready" in (logs / f"{n}.log").read_bytes(), f"worker {name}")
+        yield procs
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+
+
+def wait(check: Callable[[], Any], what: str, timeout: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            sys.exit(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def executors(cluster: Cluster, root_id: str) -> dict[str, str]:
+    with cluster.store.transaction() as conn:
+        rows = conn.execute("SELECT run_id, executor FROM runs WHERE root_id = %s", (root_id,))
+        return dict(rows.fetchall())
+
+
+def start_tree(cluster: Cluster, sandbox: Path) -> str:
+    recipe = Recipe(directory=str(sandbox), scenario="slow_tree", child_budget=0.01, child_turns=4)
+    agent = recipe.agent(Limits(max_turns=30, max_budget_usd=0.05))
+    task = f"Scan the archives, children={CHILDREN}."
+    return submit(cluster, agent, task, metadata=recipe.metadata())
+
+
+def scanning(cluster: Cluster, root: str) -> bool:
+    kids = [s for s in cluster.store.tree(root) if s.parent_id is not None]
+    return len(kids) == CHILDREN and all(k.turns == 1 for k in kids)
+
+
+def done(cluster: Cluster, root: str) -> bool:
+    return cluster.store.load(root).status is not Status.RUNNING
+
+
+def spread_and_spend(cluster: Cluster, sandbox: Path) -> dict[str, Any]:
+    root = start_tree(cluster, sandbox)
+    wait(lambda: done(cluster, root), "the research tree")
+    states = cluster.store.tree(root)
+    ran = executors(cluster, root)
+    top = next(s for s in states if s.run_id == root)
+    return {
+        "workers": len({ran[s.run_id] for s in states if s.parent_id}),
+        "tree": top.tree.cost_usd,
+        "ledger": sum(r["cost_pico"] for r in ledger_rows(cluster, root)) / 1e12,
+        "worst": max(s.tree.cost_pico / s.limits.budget_pico for s in states),
+        "completed": sum(s.status is Status.COMPLETED for s in states),
+    }
+
+
+def cancel_ms(cluster: Cluster, sandbox: Path) -> tuple[float, int]:
+    root = start_tree(cluster, sandbox)
+    wait(lambda: scanning(cluster, root), "children inside their scans")
+    time.sleep(1.2)
+    asked = time.monotonic()
+    states = cancel_tree(cluster, root, "stop", wait_s=10)
+    ms = (time.monotonic() - asked) * 1000
+    return ms, sum(s.status is Status.INTERRUPTED for s in states)
+
+
+def kill_worker(cluster: Cluster, sandbox: Path, procs: dict[str, Any]) -> tuple[float, int, int]:
+    root = start_tree(cluster, sandbox)
+    wait(lambda: scanning(cluster, root), "children inside their scans")
+    time.sleep(1.0)
+    ran = executors(cluster, root)
+    victim = Counter(ran[r] for r, e in ran.items() if r != root).most_common(1)[0][0]
+    procs[victim].send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    wait(lambda: done(cluster, root), "the tree after the kill")
+    took = time.monotonic() - killed
+    completed = sum(s.status is Status.COMPLETED for s in cluster.store.tree(root))
+    calls = Counter((r["run_id"], r["turn"]) for r in ledger_rows(cluster, root))
+    return took, completed, sum(n - 1 for n in calls.values())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", default=os.environ.get("ORCHESTRA_PG_URL"))
+    args = parser.parse_args()
+    logs = Path(tempfile.mkdtemp(prefix="orchestra-example-workers."))
+    sandbox = make_sandbox(Path(tempfile.mkdtemp(prefix="orchestra-example-box.")))
+    with (
+        server(args.store) as url,
+        database(url) as db,
+        workers(db, logs) as procs,
+        Cluster(db) as cluster,
+    ):
+        tree = spread_and_spend(cluster, sandbox)
+        ms, interrupted = cancel_ms(cluster, sandbox)
+        took, completed, twice = kill_worker(cluster, sandbox, procs)
+    runs = CHILDREN + 1
+    print(f"{WORKERS} workers, a tree of 1 + {CHILDREN} runs ({runs} runs)")
+    print(f"{'claim':<44} {'measured':>20}")
+    print(f"{'children ran on workers':<44} {tree['workers']:>20}")
+    print(f"{'tree spend / ledger sum (USD)':<44} {tree['tree']:>9.6f} / {tree['ledger']:.6f}")
+    print(f"{'most spent of a run budget':<44} {tree['worst']:>19.0%}")
+    print(f"{'one cancel: ms until all interrupted':<44} {ms:>17.0f} ms")
+    print(f"{'  runs interrupted':<44} {interrupted:>17}/{runs}")
+    print(f"{'SIGKILL a worker: s until the tree completed':<44} {took:>18.1f} s")
+    print(f"{'  runs completed / model calls paid twice':<44} {completed:>15}/{runs} {twice}")
+    ok = (
+        tree["workers"] >= 2
+        and abs(tree["tree"] - tree["ledger"]) < 1e-12
+        and tree["worst"] <= 1
+        and tree["completed"] == runs
+        and ms <= CANCEL_MAX_MS
+        and interrupted == runs
+        and completed == runs
+        and twice == 0
+    )
+    if not ok:
+        print("CLAIM FAILED")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
