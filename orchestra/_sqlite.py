@@ -40,7 +40,7 @@ import orjson
 
 from ._exceptions import ConfigError, LeaseError, LeaseLost, RunNotFound, StateError, StoreError
 from ._state import RunState
-from ._transcripts import SavedTranscripts, head_json, joined
+from ._transcripts import SavedTranscripts, joined, store_rows
 
 __all__ = ["BUSY_TIMEOUT_S", "STORE_SCHEMA_VERSION", "SQLiteStore", "default_store_path"]
 
@@ -225,7 +225,7 @@ class SQLiteStore:
             StateError: a state or an event cannot be stored as JSON.
         """
         event_rows = [_event_row(event) for event in events]
-        writes = [self._rows(state) for state in states]
+        writes = [store_rows(self._saved, state) for state in states]
         doing = f"save run {states[0].run_id!r}" if len(states) == 1 else f"save {len(states)} runs"
         with self._write(doing) as conn:
             if owner is not None:
@@ -241,29 +241,6 @@ class SQLiteStore:
                 conn.executemany(_INSERT_EVENT, event_rows)
         for state in states:
             self._saved.written(state)
-
-    def _rows(self, state: RunState) -> tuple[tuple[Any, ...], int, list[tuple[str, int, str]]]:
-        """The run's row, where its unsaved messages start, and their rows."""
-        start, unsaved = self._saved.unsaved(state)
-        try:
-            head = head_json(state).decode()
-            message_rows = [
-                (state.run_id, start + i, orjson.dumps(m).decode()) for i, m in enumerate(unsaved)
-            ]
-        except (TypeError, orjson.JSONEncodeError) as exc:
-            raise StateError(f"run {state.run_id!r} cannot be stored as JSON: {exc}") from exc
-        run_row = (
-            state.run_id,
-            state.root_id,
-            state.parent_id,
-            state.agent,
-            state.status.value,
-            state.created_at,
-            state.updated_at,
-            head,
-            len(state.messages),
-        )
-        return run_row, start, message_rows
 
     def load(self, run_id: str) -> RunState:
         """The last saved state of ``run_id``.

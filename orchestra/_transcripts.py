@@ -25,7 +25,7 @@ from ._redact import redact
 from ._serde import state_from_dict
 from ._state import Interruption, LimitRaise, Limits, RunState, Usage
 
-__all__ = ["SavedTranscripts", "head_json", "joined"]
+__all__ = ["SavedTranscripts", "head_json", "joined", "store_rows"]
 
 
 def head_json(state: RunState) -> bytes:
@@ -136,3 +136,39 @@ class SavedTranscripts:
             self._held.pop(state.run_id, None)  # saved again only by a later resume
         else:
             self._held[state.run_id] = (len(messages), messages[-1])
+
+
+RunRow = tuple[str, str, str | None, str, str, float, float, str, int]
+"""A run's row in a SQL store: run_id, root_id, parent_id, agent, status,
+created_at, updated_at, the head (JSON) and the number of messages."""
+MessageRow = tuple[str, int, str]
+"""One message of a transcript: run_id, its index, the message (JSON)."""
+
+
+def store_rows(saved: SavedTranscripts, state: RunState) -> tuple[RunRow, int, list[MessageRow]]:
+    """A SQL store's rows for saving ``state``: the run's row, where its unsaved
+    messages start (0: the transcript is written whole), and their rows.
+
+    Raises:
+        StateError: the state cannot be stored as JSON.
+    """
+    start, unsaved = saved.unsaved(state)
+    try:
+        head = head_json(state).decode()
+        messages = [
+            (state.run_id, start + i, orjson.dumps(m).decode()) for i, m in enumerate(unsaved)
+        ]
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        raise StateError(f"run {state.run_id!r} cannot be stored as JSON: {exc}") from exc
+    row = (
+        state.run_id,
+        state.root_id,
+        state.parent_id,
+        state.agent,
+        state.status.value,
+        state.created_at,
+        state.updated_at,
+        head,
+        len(state.messages),
+    )
+    return row, start, messages

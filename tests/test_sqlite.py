@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestra import _sqlite
+from orchestra import _transcripts
 from orchestra._exceptions import (
     ConfigError,
     LeaseError,
@@ -270,7 +270,7 @@ def test_save_failing_to_serialise_keeps_previous_state(
     def boom(state: RunState) -> bytes:
         raise StateError("cannot serialise")
 
-    monkeypatch.setattr(_sqlite, "head_json", boom)
+    monkeypatch.setattr(_transcripts, "head_json", boom)
     with pytest.raises(StateError, match="cannot serialise"):
         store.save(make_state(content="new"))
     assert store.load("r1").messages[0]["content"] == "old"

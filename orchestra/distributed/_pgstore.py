@@ -51,7 +51,7 @@ from .._sqlite import (
     _now,
 )
 from .._state import Interruption, InterruptionKind, RunState, Status
-from .._transcripts import SavedTranscripts, head_json, joined
+from .._transcripts import SavedTranscripts, head_json, joined, store_rows
 
 __all__ = ["PG_SCHEMA_VERSION", "PostgresStore", "redacted"]
 
@@ -259,7 +259,7 @@ class PostgresStore:
             StateError: a state or an event cannot be stored as JSON.
         """
         event_rows = [_event_row(event) for event in events]
-        writes = [self._rows(state) for state in states]
+        writes = [store_rows(self._saved, state) for state in states]
         doing = f"save run {states[0].run_id!r}" if len(states) == 1 else f"save {len(states)} runs"
         with self._transaction(doing) as conn, conn.cursor() as cur:
             if owner is not None:
@@ -278,28 +278,6 @@ class PostgresStore:
     def _written(self, states: Iterable[RunState]) -> None:
         for state in states:
             self._saved.written(state)
-
-    def _rows(self, state: RunState) -> tuple[tuple[Any, ...], int, list[tuple[str, int, str]]]:
-        """The run's row, where its unsaved messages start, and their rows."""
-        start, unsaved = self._saved.unsaved(state)
-        try:
-            message_rows = [
-                (state.run_id, start + i, orjson.dumps(m).decode()) for i, m in enumerate(unsaved)
-            ]
-        except (TypeError, orjson.JSONEncodeError) as exc:
-            raise StateError(f"run {state.run_id!r} cannot be stored as JSON: {exc}") from exc
-        run_row = (
-            state.run_id,
-            state.root_id,
-            state.parent_id,
-            state.agent,
-            state.status.value,
-            state.created_at,
-            state.updated_at,
-            _head(state),
-            len(state.messages),
-        )
-        return run_row, start, message_rows
 
     def load(self, run_id: str) -> RunState:
         """The last saved state of ``run_id``.
