@@ -41,9 +41,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from orchestra import Limits, Status
-from orchestra._cli_recipe import Recipe
-from orchestra.distributed import Cluster, cancel_tree, ledger_rows, submit
+from orchestra import Agent, Limits, Status, catalog
+from orchestra.distributed import AGENTS_KEY, Cluster, cancel_tree, ledger_rows, submit
 from orchestra.testing import make_sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,6 +50,29 @@ WORKERS = 3
 CHILDREN = 6
 CANCEL_MAX_MS = 200.0
 WAIT_S = 120.0
+SANDBOX_ENV = "ORCHESTRA_EXAMPLE_SANDBOX"
+AGENTS = "examples.distributed_tree:tree_agent"
+"""What workers import to rebuild the tree's agents (they run from the repository root)."""
+
+
+def tree_agent() -> Agent:
+    """The scripted ``slow_tree`` parent; each ``researcher`` child within $0.01."""
+    tools = catalog(os.environ[SANDBOX_ENV])
+    researcher = Agent(
+        name="researcher",
+        model="researcher",
+        instructions="You are a researcher. Answer the question using the tools.",
+        tools=tools,
+        limits=Limits(max_turns=4, max_budget_usd=0.01),
+    )
+    return Agent(
+        name="assistant",
+        model="slow_tree",
+        instructions="You are an operations assistant. Delegate research to sub-agents.",
+        tools=(researcher.as_tool(name="research", description="Research a question."),),
+        limits=Limits(max_turns=30, max_budget_usd=0.05),
+        max_tokens=4096,
+    )
 
 
 @contextmanager
@@ -106,6 +128,8 @@ def workers(url: str, logs: Path) -> Iterator[dict[str, subprocess.Popen[bytes]]
                         name,
                         "--concurrency",
                         "3",
+                        "--dead-after",
+                        "3",  # quick to declare the killed worker dead (default 10 s)
                     ],
                     cwd=ROOT,
                     stdout=log,
@@ -134,11 +158,9 @@ def executors(cluster: Cluster, root_id: str) -> dict[str, str]:
         return dict(rows.fetchall())
 
 
-def start_tree(cluster: Cluster, sandbox: Path) -> str:
-    recipe = Recipe(directory=str(sandbox), scenario="slow_tree", child_budget=0.01, child_turns=4)
-    agent = recipe.agent(Limits(max_turns=30, max_budget_usd=0.05))
+def start_tree(cluster: Cluster) -> str:
     task = f"Scan the archives, children={CHILDREN}."
-    return submit(cluster, agent, task, metadata=recipe.metadata())
+    return submit(cluster, tree_agent(), task, metadata={AGENTS_KEY: AGENTS})
 
 
 def scanning(cluster: Cluster, root: str) -> bool:
@@ -150,8 +172,8 @@ def done(cluster: Cluster, root: str) -> bool:
     return cluster.store.load(root).status is not Status.RUNNING
 
 
-def spread_and_spend(cluster: Cluster, sandbox: Path) -> dict[str, Any]:
-    root = start_tree(cluster, sandbox)
+def spread_and_spend(cluster: Cluster) -> dict[str, Any]:
+    root = start_tree(cluster)
     wait(lambda: done(cluster, root), "the research tree")
     states = cluster.store.tree(root)
     ran = executors(cluster, root)
@@ -165,8 +187,8 @@ def spread_and_spend(cluster: Cluster, sandbox: Path) -> dict[str, Any]:
     }
 
 
-def cancel_ms(cluster: Cluster, sandbox: Path) -> tuple[float, int]:
-    root = start_tree(cluster, sandbox)
+def cancel_ms(cluster: Cluster) -> tuple[float, int]:
+    root = start_tree(cluster)
     wait(lambda: scanning(cluster, root), "children inside their scans")
     time.sleep(1.2)
     asked = time.monotonic()
@@ -175,8 +197,8 @@ def cancel_ms(cluster: Cluster, sandbox: Path) -> tuple[float, int]:
     return ms, sum(s.status is Status.INTERRUPTED for s in states)
 
 
-def kill_worker(cluster: Cluster, sandbox: Path, procs: dict[str, Any]) -> tuple[float, int, int]:
-    root = start_tree(cluster, sandbox)
+def kill_worker(cluster: Cluster, procs: dict[str, Any]) -> tuple[float, int, int]:
+    root = start_tree(cluster)
     wait(lambda: scanning(cluster, root), "children inside their scans")
     time.sleep(1.0)
     ran = executors(cluster, root)
@@ -196,15 +218,16 @@ def main() -> int:
     args = parser.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="orchestra-example-workers."))
     sandbox = make_sandbox(Path(tempfile.mkdtemp(prefix="orchestra-example-box.")))
+    os.environ[SANDBOX_ENV] = str(sandbox)  # for tree_agent(), here and in the workers
     with (
         server(args.store) as url,
         database(url) as db,
         workers(db, logs) as procs,
         Cluster(db) as cluster,
     ):
-        tree = spread_and_spend(cluster, sandbox)
-        ms, interrupted = cancel_ms(cluster, sandbox)
-        took, completed, twice = kill_worker(cluster, sandbox, procs)
+        tree = spread_and_spend(cluster)
+        ms, interrupted = cancel_ms(cluster)
+        took, completed, twice = kill_worker(cluster, procs)
     runs = CHILDREN + 1
     print(f"{WORKERS} workers, a tree of 1 + {CHILDREN} runs ({runs} runs)")
     print(f"{'claim':<44} {'measured':>20}")

@@ -1011,9 +1011,23 @@ def console_command(port: int, store_path: str | None) -> None:
     metavar="URL",
     help="Model endpoint of runs submitted from Python (default: the embedded scripted one).",
 )
+@click.option(
+    "--dead-after",
+    "dead_after_s",
+    type=Number(min=0.5, max=3600.0),
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="A worker silent this long is dead: its runs continue on the others.",
+)
 @api_key_option
 def worker_command(
-    database: str, executor_id: str | None, concurrency: int, base_url: str | None, api_key: str
+    database: str,
+    executor_id: str | None,
+    concurrency: int,
+    base_url: str | None,
+    dead_after_s: float,
+    api_key: str,
 ) -> None:
     """Execute queued runs from a PostgreSQL database until Ctrl-C (or SIGTERM).
 
@@ -1030,7 +1044,7 @@ def worker_command(
         raise CommandError(f"the worker needs {problem}")
     if not is_database(database):
         raise CommandError(f"--store must be a postgresql:// URL, got {database!r}")
-    run_worker(database, executor_id, concurrency, base_url, api_key)
+    run_worker(database, executor_id, concurrency, base_url, api_key, dead_after_s)
 
 
 @main.group("mcp")

@@ -33,8 +33,9 @@ UNTIMED = (
     "research_budgets",
     "mcp_research",
 )
-NEED_A_SERVICE = ("research_trace", "six_tasks")
-"""Examples that need Jaeger or a local model server: not run here."""
+NEED_A_SERVICE = ("research_trace", "six_tasks", "distributed_tree")
+"""Examples that need Jaeger, a local model server or PostgreSQL: not run here
+(tests/distributed/test_example.py runs distributed_tree)."""
 SERVERS = ("mcp_files",)
 """Not claims: servers other examples and tests start (tests/mcp drives mcp_files)."""
 TIMEOUT_S = 120.0

@@ -42,7 +42,12 @@ def missing() -> str | None:
 
 
 def run_worker(
-    database: str, executor_id: str | None, concurrency: int, base_url: str | None, api_key: str
+    database: str,
+    executor_id: str | None,
+    concurrency: int,
+    base_url: str | None,
+    api_key: str,
+    dead_after_s: float,
 ) -> None:
     """Serve as a worker until SIGINT or SIGTERM, then exit at once.
 
@@ -54,7 +59,12 @@ def run_worker(
     """
     from ._worker import Worker
 
-    options: dict[str, Any] = {"database": database, "concurrency": concurrency}
+    options: dict[str, Any] = {
+        "database": database,
+        "concurrency": concurrency,
+        "dead_after_s": dead_after_s,
+        "heartbeat_s": min(1.0, dead_after_s / 4),
+    }
     if executor_id:
         options["executor_id"] = executor_id
     worker = Worker(base_url=base_url, model_api_key=api_key, **options)

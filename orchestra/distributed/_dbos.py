@@ -30,6 +30,8 @@ from typing import Any
 
 import trio
 
+from ._threads import in_thread
+
 __all__ = [
     "APP_NAME",
     "APP_VERSION",
@@ -185,7 +187,7 @@ class DBOSQueue:
 
     async def enqueue(self, run_id: str) -> None:
         """Queue ``run_id``'s current attempt (a no-op if it is queued or ran already)."""
-        await trio.to_thread.run_sync(self.enqueue_now, run_id)
+        await in_thread(self.enqueue_now, run_id)
 
     def cancel(self, workflow_ids: list[str]) -> None:
         """Take workflows off the queue (blocking; those running end at their next step)."""

@@ -27,6 +27,7 @@ from .._run import LiveRun
 from .._runner import Runner
 from .._state import Limits, RunState, Status, Usage
 from ._ledger import PostgresLedger
+from ._threads import in_thread
 
 __all__ = ["RunQueue", "WorkerRunner", "run_status"]
 
@@ -82,7 +83,7 @@ class WorkerRunner(Runner):
         child_id = parent.state.children.get(call_id)
         if child_id is not None:
             try:
-                return await trio.to_thread.run_sync(self.store.load, child_id)
+                return await in_thread(self.store.load, child_id)
             except RunNotFound:
                 pass  # the process died between binding and the child's first save
         ask = limits or agent.limits
@@ -91,7 +92,7 @@ class WorkerRunner(Runner):
             return f"{agent.name} was not started: {carved}."
         state = new_state(agent, task, carved, parent, call_id, child_id)
         depth = sum(1 for _ in parent.lineage())
-        await trio.to_thread.run_sync(self.pg_ledger.open_node, state, depth)
+        await in_thread(self.pg_ledger.open_node, state, depth)
         if child_id is None:
             parent.state.children[call_id] = state.run_id
             await self.pg_ledger.guarded(parent, partial(parent.charge, Usage(child_runs=1)))
@@ -103,7 +104,7 @@ class WorkerRunner(Runner):
         """A child interrupted earlier (e.g. for an approval), running again, re-queued."""
         reopen(LiveRun(state=state, agent=agent, runner=self), None, "")
         self.save(state)
-        await trio.to_thread.run_sync(_store_call, self.store, "requeue", state.run_id)
+        await in_thread(_store_call, self.store, "requeue", state.run_id)
         return state
 
     async def _outcome(self, run_id: str) -> RunState:
@@ -113,9 +114,9 @@ class WorkerRunner(Runner):
         is stopped by the tree's cancel request, on whichever worker runs it.
         """
         while True:
-            status = await trio.to_thread.run_sync(run_status, self.store, run_id)
+            status = await in_thread(run_status, self.store, run_id)
             if status != Status.RUNNING.value:
-                return await trio.to_thread.run_sync(self.store.load, run_id)
+                return await in_thread(self.store.load, run_id)
             await trio.sleep(WAIT_POLL_S)
 
 

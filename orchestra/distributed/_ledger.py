@@ -34,11 +34,11 @@ from typing import Any, Protocol, TypeVar
 
 import attrs
 import orjson
-import trio
 
 from .._exceptions import StateError
 from .._run import LiveRun
 from .._state import RunState, Usage
+from ._threads import in_thread
 
 __all__ = ["LEDGER_TABLES", "PostgresLedger"]
 
@@ -149,7 +149,7 @@ class PostgresLedger:
 
     async def guarded(self, run: LiveRun, decide: Callable[[], _T]) -> _T:
         """See :class:`~orchestra._run.Ledger`; one transaction in a worker thread."""
-        return await trio.to_thread.run_sync(self._guarded, run, decide)
+        return await in_thread(self._guarded, run, decide)
 
     def _guarded(self, run: LiveRun, decide: Callable[[], _T]) -> _T:
         nodes = list(run.lineage())
@@ -210,7 +210,7 @@ class PostgresLedger:
         Call it when this worker takes ``run`` up, before its first step. Returns
         what was charged (None: no hold was left).
         """
-        return await trio.to_thread.run_sync(self._settle_lost, run)
+        return await in_thread(self._settle_lost, run)
 
     def _settle_lost(self, run: LiveRun) -> Usage | None:
         nodes = list(run.lineage())

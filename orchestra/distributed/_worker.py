@@ -8,9 +8,9 @@ the steps, the loop runs three small tasks:
   requests; a run of a tree with one is cancelled through its trio cancel
   scope at once (mid model call, mid tool), not at its next step boundary;
 - the **heartbeat**: this worker's row in ``workers``, renewed every
-  ``heartbeat_s``;
-- the **reaper**: a worker whose heartbeat is older than ``dead_after_s`` is
-  dead (killed, or its machine lost); one live worker (an advisory lock
+  ``heartbeat_s`` (1 s), in a thread of its own;
+- the **reaper**: a worker whose heartbeat is older than ``dead_after_s``
+  (10 s; ``--dead-after``) is dead (killed, or its machine lost); one live worker (an advisory lock
   decides which) has DBOS queue its pending workflows again, and any live
   worker takes them up where their store state says they were.
 
@@ -26,7 +26,9 @@ from __future__ import annotations
 import importlib
 import os
 import socket
+import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -44,12 +46,19 @@ from .._state import RunState, Status
 from . import _dbos
 from ._host import WorkerRunner
 from ._ledger import PostgresLedger
+from ._threads import in_thread
 
-__all__ = ["AGENTS_KEY", "Worker", "agent_of_reference"]
+__all__ = ["AGENTS_KEY", "DEAD_AFTER_S", "Worker", "agent_of_reference"]
 
 AGENTS_KEY = "orchestra.agents"
 """Run metadata: the ``module:attribute`` of the root agent (an Agent or a
 function returning one) for runs submitted from Python."""
+
+DEAD_AFTER_S = 10.0
+"""A worker whose heartbeat is older than this is dead (its runs continue elsewhere)."""
+
+_ROOTS_KEPT = 256
+"""Trees whose agent and runner a worker keeps (then it rebuilds them)."""
 
 _WORKERS_TABLE = """CREATE TABLE IF NOT EXISTS workers (
     executor TEXT PRIMARY KEY,
@@ -58,6 +67,15 @@ _WORKERS_TABLE = """CREATE TABLE IF NOT EXISTS workers (
     started_at DOUBLE PRECISION NOT NULL,
     beat_at DOUBLE PRECISION NOT NULL
 )"""
+
+
+def _exit_declared_dead(executor_id: str) -> None:
+    sys.stderr.write(
+        f"worker {executor_id}: declared dead by the other workers (its heartbeat was late); "
+        "its runs continue on them; exiting so that none runs twice\n"
+    )
+    sys.stderr.flush()
+    os._exit(75)
 
 
 def agent_of_reference(reference: str) -> Agent:
@@ -89,9 +107,11 @@ class Worker:
     scripted provider, as ``orchestra demo``)."""
     model_api_key: str = ""
     poll_interval: float = 0.05
-    heartbeat_s: float = 0.5
-    dead_after_s: float = 3.0
+    heartbeat_s: float = 1.0
+    dead_after_s: float = DEAD_AFTER_S
     sink: EventSink | None = None
+    on_declared_dead: Callable[[str], None] = attrs.field(factory=lambda: _exit_declared_dead)
+    """Called when peers declared this worker dead (default: exit the process, 75)."""
     _store: Any = attrs.field(default=None, init=False)
     _ledger: PostgresLedger | None = attrs.field(default=None, init=False)
     _queue: _dbos.DBOSQueue | None = attrs.field(default=None, init=False)
@@ -139,7 +159,7 @@ class Worker:
         with self._store.transaction() as conn:
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('orchestra.workers'))")
             conn.execute(_WORKERS_TABLE)
-        self._heartbeat()
+        self._heartbeat(first=True)
 
     async def _close(self) -> None:
         await trio.to_thread.run_sync(_dbos.destroy)
@@ -153,11 +173,9 @@ class Worker:
 
     async def advance(self, run_id: str) -> str:
         """Execute the next step of ``run_id`` here; its status after it."""
-        state: RunState | None = await trio.to_thread.run_sync(
-            self._store.claim, run_id, self.executor_id
-        )
+        state: RunState | None = await in_thread(self._store.claim, run_id, self.executor_id)
         if state is None:
-            saved: RunState = await trio.to_thread.run_sync(self._store.load, run_id)
+            saved: RunState = await in_thread(self._store.load, run_id)
             return saved.status.value
         try:
             live = await self._live(state)
@@ -167,6 +185,7 @@ class Worker:
         self._taken.add(run_id)
         if first:
             await self._settle_lost(live)
+        self._cancels.update(await in_thread(self._tree_cancels, [state.root_id]))
         reason = self._cancel_of(live)
         if reason is not None:
             live.request_cancel(reason)
@@ -190,7 +209,7 @@ class Worker:
         lineage: list[RunState] = []
         parent_id = state.parent_id
         while parent_id is not None:
-            parent: RunState = await trio.to_thread.run_sync(self._store.load, parent_id)
+            parent: RunState = await in_thread(self._store.load, parent_id)
             lineage.append(parent)
             parent_id = parent.parent_id
         root = lineage[-1] if lineage else state
@@ -239,6 +258,8 @@ class Worker:
         """The runner and root agent of a tree (made once per tree in this process)."""
         known = self._roots.get(root.run_id)
         if known is None:
+            if len(self._roots) >= _ROOTS_KEPT:
+                self._roots.clear()
             known = self._rebuild(root)
             self._roots[root.run_id] = known
         return known
@@ -285,33 +306,63 @@ class Worker:
     # -- watcher, heartbeat, reaper ---------------------------------------------
 
     async def _watch(self) -> None:
-        """Apply cancel requests to the runs executing here, every ``poll_interval``."""
+        """Apply cancel requests to the runs executing here, every ``poll_interval``
+        (one query, for the trees executing here; none while nothing runs)."""
         while True:
-            self._cancels = await trio.to_thread.run_sync(self._store.pending_cancels)
-            for live in list(self._running.values()):
-                reason = self._cancel_of(live)
-                if reason is not None and live.cancel_reason is None:
-                    live.request_cancel(reason)
+            roots = sorted({live.state.root_id for live in self._running.values()})
+            if roots:
+                self._cancels = await in_thread(self._tree_cancels, roots)
+                for live in list(self._running.values()):
+                    reason = self._cancel_of(live)
+                    if reason is not None and live.cancel_reason is None:
+                        live.request_cancel(reason)
             await trio.sleep(self.poll_interval)
 
+    def _tree_cancels(self, roots: list[str]) -> dict[str, str]:
+        """Cancel requests (reason by run id) of the trees ``roots``."""
+        with self._store.transaction() as conn:
+            rows = conn.execute(
+                "SELECT run_id, reason FROM cancels WHERE root_id = ANY(%s)", (roots,)
+            ).fetchall()
+        return dict(rows)
+
     async def _beat(self) -> None:
-        """Renew this worker's heartbeat; have dead workers' workflows recovered."""
+        """Renew this worker's heartbeat; have dead workers' workflows recovered.
+
+        If peers declared *this* worker dead (it stalled past ``dead_after_s``),
+        its runs are being continued elsewhere: it stops at once
+        (:attr:`on_declared_dead`) rather than execute them twice.
+        """
         while True:
             await trio.sleep(self.heartbeat_s)
+            # Not through the store's shared thread limit: runs waiting on locks
+            # must never delay the heartbeat into a false death.
             dead = await trio.to_thread.run_sync(self._heartbeat)
+            if dead is None:
+                self.on_declared_dead(self.executor_id)
+                return
             if dead:
                 await trio.to_thread.run_sync(_dbos.recover, dead)
 
-    def _heartbeat(self) -> list[str]:
-        """Beat; claim the workers dead since (their rows go); their ids."""
+    def _heartbeat(self, *, first: bool = False) -> list[str] | None:
+        """Beat; claim the workers dead since (their rows go); their ids. None:
+        this worker's own row is gone (peers declared it dead)."""
         now = time.time()
         with self._store.transaction() as conn:
-            conn.execute(
-                "INSERT INTO workers (executor, pid, host, started_at, beat_at) "
-                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (executor) DO UPDATE SET "
-                "beat_at = excluded.beat_at, pid = excluded.pid, host = excluded.host",
-                (self.executor_id, os.getpid(), socket.gethostname(), now, now),
-            )
+            if first:
+                conn.execute(
+                    "INSERT INTO workers (executor, pid, host, started_at, beat_at) "
+                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (executor) DO UPDATE SET "
+                    "beat_at = excluded.beat_at, pid = excluded.pid, host = excluded.host",
+                    (self.executor_id, os.getpid(), socket.gethostname(), now, now),
+                )
+            elif (
+                conn.execute(
+                    "UPDATE workers SET beat_at = %s WHERE executor = %s", (now, self.executor_id)
+                ).rowcount
+                == 0
+            ):
+                return None
             rows = conn.execute(
                 "DELETE FROM workers WHERE beat_at < %s AND executor <> %s RETURNING executor",
                 (now - self.dead_after_s, self.executor_id),

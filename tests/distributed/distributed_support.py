@@ -19,6 +19,8 @@ from orchestra.distributed import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 READY_S = 90.0
+DEAD_AFTER_S = 3
+"""The workers' --dead-after: short, so a killed worker's runs move on quickly."""
 
 
 class Workers:
@@ -43,6 +45,8 @@ class Workers:
                     name,
                     "--concurrency",
                     str(concurrency),
+                    "--dead-after",
+                    str(DEAD_AFTER_S),
                 ],
                 cwd=ROOT,
                 env={**os.environ, **self.env},

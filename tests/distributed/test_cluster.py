@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from distributed_support import executors, finished, wait_until, workers
+from distributed_support import DEAD_AFTER_S, executors, finished, wait_until, workers
 
 from orchestra import InterruptionKind, Limits, Status
 from orchestra._approval import approve
@@ -173,3 +173,16 @@ def test_an_approval_on_one_worker_is_continued_by_any(
         done = cluster.store.load(root)
     assert done.status is Status.COMPLETED, done.reason
     assert not (sandbox / "access.log").exists()
+
+
+def test_a_worker_that_stalled_past_its_heartbeat_stops_itself(
+    pg_url: str, tmp_path: Path, env: dict[str, str]
+) -> None:
+    with workers(pg_url, tmp_path, 2, env) as pool:
+        stalled = pool.procs["w2"]
+        stalled.send_signal(signal.SIGSTOP)  # a stall: a long GC pause, a frozen VM
+        time.sleep(DEAD_AFTER_S + 2.0)  # w1 declares it dead
+        stalled.send_signal(signal.SIGCONT)
+        assert stalled.wait(15) == 75
+        assert "declared dead" in pool.log("w2")
+        assert pool.procs["w1"].poll() is None
