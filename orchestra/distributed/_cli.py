@@ -24,6 +24,7 @@ from .._state import RunState, Status
 __all__ = ["follow", "is_database", "run_worker"]
 
 FOLLOW_POLL_S = 0.1
+UNTAKEN_HINT_S = 5.0
 
 
 def is_database(store: str | None) -> bool:
@@ -97,16 +98,36 @@ def database_label(url: str) -> str:
 
 
 def follow(cluster: Any, run_id: str, *, timeout_s: float | None = None) -> list[RunState]:
-    """Wait until the tree's root leaves ``running`` (printing nothing); the tree's states."""
+    """Wait until the tree's root leaves ``running``; the tree's states.
+
+    Says so on stderr, once, if no worker has taken the run after
+    :data:`UNTAKEN_HINT_S` (none is running, or all are busy).
+    """
     started = time.monotonic()
+    hinted = False
     while True:
         root = cluster.store.load(run_id)
         if root.status is not Status.RUNNING:
             states: list[RunState] = cluster.store.tree(run_id)
             return states
-        if timeout_s is not None and time.monotonic() - started > timeout_s:
+        waited = time.monotonic() - started
+        if timeout_s is not None and waited > timeout_s:
             return list(cluster.store.tree(run_id))
+        if not hinted and waited > UNTAKEN_HINT_S and _untaken(cluster, run_id):
+            hinted = True
+            click.echo(
+                f"no worker has taken {run_id} yet: start one with "
+                f"orchestra worker --store {cluster.store.url} (Ctrl-C stops waiting; the run "
+                "stays queued)",
+                err=True,
+            )
         time.sleep(FOLLOW_POLL_S)
+
+
+def _untaken(cluster: Any, run_id: str) -> bool:
+    with cluster.store.transaction() as conn:
+        row = conn.execute("SELECT executor FROM runs WHERE run_id = %s", (run_id,)).fetchone()
+    return row is not None and row[0] is None
 
 
 def summary(states: list[RunState], root_id: str) -> dict[str, Any]:
