@@ -69,3 +69,22 @@ def scan_tree() -> Agent:
         tools=(leaf.as_tool(name="research"),),
         max_tokens=8192,
     )
+
+
+def approval_tree() -> Agent:
+    """One child that deletes a file (a human approves it), under the ``slow_tree`` parent."""
+    cleaner = Agent(
+        name="cleaner",
+        model="destructive",
+        instructions="You free disk space.",
+        tools=catalog(SANDBOX),
+        limits=Limits(max_turns=6, max_budget_usd=0.01),
+    )
+    return Agent(
+        name="assistant",
+        model="slow_tree",
+        instructions="You are an operations assistant.",
+        tools=(cleaner.as_tool(name="research"),),
+        limits=Limits(max_turns=20, max_budget_usd=0.1),
+        max_tokens=4096,
+    )

@@ -186,3 +186,27 @@ def test_a_worker_that_stalled_past_its_heartbeat_stops_itself(
         assert stalled.wait(15) == 75
         assert "declared dead" in pool.log("w2")
         assert pool.procs["w1"].poll() is None
+
+
+def test_a_childs_approval_is_continued_by_any_worker(
+    pg_url: str, tmp_path: Path, sandbox: Path, env: dict[str, str]
+) -> None:
+    reference = "tests.distributed.agents:approval_tree"
+    agent = agent_of_reference(reference)
+    with workers(pg_url, tmp_path, 3, env), Cluster(pg_url) as cluster:
+        root = submit(
+            cluster, agent, "Scan the archives, children=1.", metadata={AGENTS_KEY: reference}
+        )
+        wait_until(lambda: finished(cluster, root), TREE_S, "the child's approval request")
+        (child,) = _children(cluster, root)
+        assert child.interruption is not None
+        assert child.interruption.kind is InterruptionKind.APPROVAL
+        top = cluster.store.load(root)
+        assert top.interruption is not None and child.run_id in top.interruption.reason
+        assert (sandbox / "access.log").exists()
+        approve(cluster.store, child.run_id)
+        resume_tree(cluster, root)
+        wait_until(lambda: finished(cluster, root), TREE_S, "the approved tree")
+        states = cluster.store.tree(root)
+    assert {s.status for s in states} == {Status.COMPLETED}, [(s.run_id, s.reason) for s in states]
+    assert not (sandbox / "access.log").exists()
