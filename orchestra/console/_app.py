@@ -78,7 +78,8 @@ class Console:
 
     @property
     def store_name(self) -> str:
-        return str(self.store.path)
+        """The store as the page shows it (a database URL without its password)."""
+        return str(getattr(self.store, "url", None) or self.store.path)
 
     async def read(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         """``fn(store, *args, **kw)`` in a worker thread (the store is synchronous)."""

@@ -55,7 +55,7 @@ class Launches:
     """The resume processes started by this console, by root run id."""
 
     def __init__(
-        self, *, nursery: trio.Nursery, store_path: Path, command: Sequence[str] = ORCHESTRA
+        self, *, nursery: trio.Nursery, store_path: Path | str, command: Sequence[str] = ORCHESTRA
     ) -> None:
         self._nursery = nursery
         self._store_path = store_path

@@ -206,6 +206,12 @@ class PostgresStore:
         """The database's URL, password redacted (for messages)."""
         return self._url
 
+    @property
+    def path(self) -> str:
+        """What ``--store`` takes to open this store again: the URL, password
+        included (pass it to a child process; never print it: see :attr:`url`)."""
+        return self._dsn
+
     def __repr__(self) -> str:
         return f"PostgresStore({self._url!r})"
 
