@@ -16,6 +16,7 @@ for misuse and for failures of the things around a run::
     │   ├── SchemaVersionError   saved by an unknown schema version
     │   ├── RunNotFound          no run with that id in the store
     │   └── StoreError           the store's file cannot be opened, read or written
+    │       └── StoreUnreachable the store's server cannot be reached (maybe for a moment)
     ├── LeaseError               another process owns the run
     │   └── LeaseLost            this process's lease was taken over: it stopped saving
     └── TokenizerError           the o200k_base data is missing or corrupt
@@ -39,6 +40,7 @@ __all__ = [
     "SchemaVersionError",
     "StateError",
     "StoreError",
+    "StoreUnreachable",
     "TokenizerError",
     "ToolError",
     "ToolOutcomeUnknown",
@@ -119,6 +121,10 @@ class StoreError(StateError):
     image is malformed"), a disk that is full, a directory that cannot be
     created: SQLite's own errors, translated where the store meets SQLite.
     """
+
+
+class StoreUnreachable(StoreError):
+    """The store's database server cannot be reached (it may be back in a moment)."""
 
 
 class LeaseError(OrchestraError):

@@ -19,12 +19,16 @@ from typing import Any
 import click
 import trio
 
+from .._exceptions import StoreUnreachable
 from .._state import RunState, Status
 
 __all__ = ["follow", "is_database", "run_worker"]
 
 FOLLOW_POLL_S = 0.1
 UNTAKEN_HINT_S = 5.0
+AWAY_POLL_S = 1.0
+AWAY_LIMIT_S = 120.0
+"""How long ``follow`` waits for an unreachable database to come back."""
 
 
 def is_database(store: str | None) -> bool:
@@ -105,11 +109,18 @@ def follow(cluster: Any, run_id: str, *, timeout_s: float | None = None) -> list
     """
     started = time.monotonic()
     hinted = False
+    away: float | None = None
     while True:
-        root = cluster.store.load(run_id)
-        if root.status is not Status.RUNNING:
-            states: list[RunState] = cluster.store.tree(run_id)
-            return states
+        try:
+            root = cluster.store.load(run_id)
+            if root.status is not Status.RUNNING:
+                states: list[RunState] = cluster.store.tree(run_id)
+                return states
+        except StoreUnreachable as exc:
+            away = _database_away(away, exc)
+            time.sleep(AWAY_POLL_S)
+            continue
+        away = None
         waited = time.monotonic() - started
         if timeout_s is not None and waited > timeout_s:
             return list(cluster.store.tree(run_id))
@@ -122,6 +133,17 @@ def follow(cluster: Any, run_id: str, *, timeout_s: float | None = None) -> list
                 err=True,
             )
         time.sleep(FOLLOW_POLL_S)
+
+
+def _database_away(since: float | None, exc: StoreUnreachable) -> float:
+    """Note an outage (said once); raise it if it lasts past :data:`AWAY_LIMIT_S`."""
+    now = time.monotonic()
+    if since is None:
+        click.echo(f"{exc}; trying again for {AWAY_LIMIT_S:g} s", err=True)
+        return now
+    if now - since > AWAY_LIMIT_S:
+        raise exc
+    return since
 
 
 def _untaken(cluster: Any, run_id: str) -> bool:

@@ -30,7 +30,8 @@ from typing import Any
 
 import trio
 
-from ._threads import in_thread
+from .._exceptions import StoreUnreachable
+from ._threads import StepAbandoned, in_thread
 
 __all__ = [
     "APP_NAME",
@@ -55,6 +56,15 @@ WORKFLOW = "orchestra.run"
 STEP = "orchestra.step"
 QUEUE_POLL_S = 0.1
 """How often a worker looks for queued runs (DBOS's default: 1 s)."""
+
+STEP_ATTEMPTS = 20
+"""Tries of a step that met an unreachable database (0.5 s apart, growing by
+1.3×: about five minutes in all) before its workflow fails."""
+
+
+class DatabaseAway(Exception):
+    """A step was abandoned because the database could not be reached (DBOS retries it)."""
+
 
 _serving: tuple[Callable[[str], Awaitable[str]], trio.lowlevel.TrioToken] | None = None
 """The trio function this process's steps call, and the loop it runs in."""
@@ -102,12 +112,24 @@ def _register() -> None:
     """Declare the workflow and its step (before DBOS is launched)."""
     from dbos import DBOS
 
-    @DBOS.step(name=STEP)
+    @DBOS.step(
+        name=STEP,
+        retries_allowed=True,
+        max_attempts=STEP_ATTEMPTS,
+        interval_seconds=0.5,
+        backoff_rate=1.3,
+        should_retry=lambda exc: isinstance(exc, DatabaseAway),
+    )
     def advance(run_id: str) -> str:
         if _serving is None:
             raise RuntimeError("no orchestra worker serves steps in this process")
         fn, token = _serving
-        return trio.from_thread.run(fn, run_id, trio_token=token)
+        try:
+            return trio.from_thread.run(fn, run_id, trio_token=token)
+        except BaseException as exc:  # DBOS retries Exceptions only: say which
+            if _abandoned(exc):
+                raise DatabaseAway(str(exc)) from exc
+            raise
 
     @DBOS.workflow(name=WORKFLOW)
     def run_workflow(run_id: str) -> str:
@@ -182,7 +204,12 @@ class DBOSQueue:
             "workflow_id": wid,
             "app_version": APP_VERSION,
         }
-        self._client.enqueue(options, run_id)
+        try:
+            self._client.enqueue(options, run_id)
+        except Exception as exc:  # DBOS's own database errors, mapped at this boundary
+            if _is_connection_error(exc):
+                raise StoreUnreachable(f"cannot queue {run_id}: {exc}") from exc
+            raise
         return wid
 
     async def enqueue(self, run_id: str) -> None:
@@ -197,3 +224,18 @@ class DBOSQueue:
     def close(self) -> None:
         """Close the client's connections."""
         self._client.destroy()
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    """Whether DBOS failed because its database could not be reached."""
+    import psycopg
+    import sqlalchemy.exc
+
+    return isinstance(exc, sqlalchemy.exc.OperationalError | psycopg.OperationalError)
+
+
+def _abandoned(exc: BaseException) -> bool:
+    """Whether a step stopped because the database went away (alone or in a group)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(StepAbandoned)[0] is not None
+    return isinstance(exc, StepAbandoned)

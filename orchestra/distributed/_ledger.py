@@ -38,7 +38,7 @@ import orjson
 from .._exceptions import StateError
 from .._run import LiveRun
 from .._state import RunState, Usage
-from ._threads import in_thread
+from ._threads import StepAbandoned, in_thread
 
 __all__ = ["LEDGER_TABLES", "PostgresLedger"]
 
@@ -148,8 +148,19 @@ class PostgresLedger:
             )
 
     async def guarded(self, run: LiveRun, decide: Callable[[], _T]) -> _T:
-        """See :class:`~orchestra._run.Ledger`; one transaction in a worker thread."""
-        return await in_thread(self._guarded, run, decide)
+        """See :class:`~orchestra._run.Ledger`; one transaction in a worker thread.
+
+        Raises:
+            StepAbandoned: the database could not be reached (the runner, if it
+                can, abandons the tree's step: nothing more of it is saved).
+        """
+        try:
+            return await in_thread(self._guarded, run, decide)
+        except StepAbandoned:
+            abandon = getattr(run.runner, "abandon", None)
+            if abandon is not None:
+                abandon(run.state.root_id)
+            raise
 
     def _guarded(self, run: LiveRun, decide: Callable[[], _T]) -> _T:
         nodes = list(run.lineage())

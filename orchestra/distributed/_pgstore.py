@@ -32,7 +32,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
@@ -40,7 +40,14 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
-from .._exceptions import ConfigError, LeaseLost, RunNotFound, StateError, StoreError
+from .._exceptions import (
+    ConfigError,
+    LeaseLost,
+    RunNotFound,
+    StateError,
+    StoreError,
+    StoreUnreachable,
+)
 from .._sqlite import (
     _alive,
     _checked_ttl,
@@ -52,6 +59,8 @@ from .._sqlite import (
 )
 from .._state import Interruption, InterruptionKind, RunState, Status
 from .._transcripts import SavedTranscripts, head_json, joined, store_rows
+
+_R = TypeVar("_R")
 
 __all__ = ["PG_SCHEMA_VERSION", "PostgresStore", "redacted"]
 
@@ -323,8 +332,22 @@ class PostgresStore:
 
     def _states(self, doing: str, where: str, *params: object) -> list[RunState]:
         """The states of the runs ``where`` selects, in its order (one statement: one snapshot)."""
-        with self._transaction(doing) as conn:
-            return _select_states(conn, where, params)
+
+        def read() -> list[RunState]:
+            with self._transaction(doing) as conn:
+                return _select_states(conn, where, params)
+
+        return self._reading(read)
+
+    def _reading(self, read: Callable[[], _R]) -> _R:
+        """``read()``, once more on a fresh connection if the server dropped this
+        thread's (after a restart, say): a read changes nothing, so it is safe."""
+        try:
+            return read()
+        except StoreUnreachable:
+            if getattr(self._local, "depth", 0):
+                raise  # inside a caller's transaction: that one failed
+            return read()
 
     def resolve(self, prefix: str) -> str:
         """The run id that ``prefix`` starts (an exact id always wins).
@@ -635,8 +658,12 @@ class PostgresStore:
 
     def _read(self, doing: str, sql: str, *params: object) -> list[TupleRow]:
         """The rows of one query (one statement: a consistent snapshot)."""
-        with self._transaction(doing) as conn:
-            return conn.execute(sql, params).fetchall()
+
+        def read() -> list[TupleRow]:
+            with self._transaction(doing) as conn:
+                return conn.execute(sql, params).fetchall()
+
+        return self._reading(read)
 
     @contextlib.contextmanager
     def _psycopg_errors(self, doing: str) -> Iterator[None]:
@@ -646,7 +673,7 @@ class PostgresStore:
             text = " ".join(str(exc).split())
             conn = getattr(self._local, "conn", None)
             if conn is None or conn.closed:
-                raise StoreError(
+                raise StoreUnreachable(
                     f"cannot reach PostgreSQL at {self._where}: cannot {doing}: {text}"
                 ) from exc
             raise StoreError(f"PostgreSQL at {self._where}: cannot {doing}: {text}") from exc
@@ -694,7 +721,7 @@ class PostgresStore:
             return psycopg.connect(self._dsn, **options)
         except psycopg.Error as exc:
             text = " ".join(str(exc).split())
-            raise StoreError(f"cannot reach PostgreSQL at {self._where}: {text}") from exc
+            raise StoreUnreachable(f"cannot reach PostgreSQL at {self._where}: {text}") from exc
 
     def _create_schema(self) -> None:
         with self._transaction("create the schema") as conn:

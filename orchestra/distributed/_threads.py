@@ -17,7 +17,21 @@ from typing import TypeVar
 
 import trio
 
-__all__ = ["DB_THREADS", "in_thread"]
+from .._exceptions import StoreUnreachable
+
+__all__ = ["DB_THREADS", "StepAbandoned", "in_thread"]
+
+
+class StepAbandoned(BaseException):
+    """The database went away in the middle of a run's step on a worker.
+
+    The step stops where it is and saves nothing more (the run's saved state
+    stands: it is as of the last completed save) and is tried again once the
+    database is back. A ``BaseException`` so that nothing on the way (a tool's
+    error handling, a run's internal-error exit) turns an outage into the
+    run's outcome.
+    """
+
 
 DB_THREADS = 8
 """Most blocking database calls at once, per trio run."""
@@ -27,10 +41,17 @@ _limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("orc
 
 
 async def in_thread(fn: Callable[..., _T], *args: object) -> _T:
-    """``fn(*args)`` in a worker thread, at most :data:`DB_THREADS` at once."""
+    """``fn(*args)`` in a worker thread, at most :data:`DB_THREADS` at once.
+
+    Raises:
+        StepAbandoned: the database could not be reached.
+    """
     try:
         limiter = _limiter.get()
     except LookupError:
         limiter = trio.CapacityLimiter(DB_THREADS)
         _limiter.set(limiter)
-    return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
+    try:
+        return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
+    except StoreUnreachable as exc:
+        raise StepAbandoned(str(exc)) from exc

@@ -37,7 +37,7 @@ import trio
 from .._agent import Agent
 from .._cli_recipe import Recipe
 from .._events import EventSink
-from .._exceptions import ConfigError, StateError
+from .._exceptions import ConfigError, StateError, StoreUnreachable
 from .._execute import execute, trio_deadline
 from .._money import PriceTable
 from .._provider import OpenAIProvider
@@ -46,7 +46,7 @@ from .._state import RunState, Status
 from . import _dbos
 from ._host import WorkerRunner
 from ._ledger import PostgresLedger
-from ._threads import in_thread
+from ._threads import StepAbandoned, in_thread
 
 __all__ = ["AGENTS_KEY", "DEAD_AFTER_S", "Worker", "agent_of_reference"]
 
@@ -159,7 +159,7 @@ class Worker:
         with self._store.transaction() as conn:
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('orchestra.workers'))")
             conn.execute(_WORKERS_TABLE)
-        self._heartbeat(first=True)
+        self._heartbeat(first=True, judge=False)
 
     async def _close(self) -> None:
         await trio.to_thread.run_sync(_dbos.destroy)
@@ -181,6 +181,8 @@ class Worker:
             live = await self._live(state)
         except (ConfigError, StateError) as exc:  # cannot be rebuilt here: fails, as data
             return self._fail(state, f"the worker cannot execute this run: {exc}")
+        assert isinstance(live.runner, WorkerRunner)
+        live.runner.resume_saving(state.root_id)
         first = run_id not in self._taken
         self._taken.add(run_id)
         if first:
@@ -311,7 +313,11 @@ class Worker:
         while True:
             roots = sorted({live.state.root_id for live in self._running.values()})
             if roots:
-                self._cancels = await in_thread(self._tree_cancels, roots)
+                try:
+                    self._cancels = await in_thread(self._tree_cancels, roots)
+                except StepAbandoned:  # the database is away: look again next time
+                    await trio.sleep(self.poll_interval)
+                    continue
                 for live in list(self._running.values()):
                     reason = self._cancel_of(live)
                     if reason is not None and live.cancel_reason is None:
@@ -333,20 +339,28 @@ class Worker:
         its runs are being continued elsewhere: it stops at once
         (:attr:`on_declared_dead`) rather than execute them twice.
         """
+        healthy_since = time.monotonic()
         while True:
             await trio.sleep(self.heartbeat_s)
             # Not through the store's shared thread limit: runs waiting on locks
             # must never delay the heartbeat into a false death.
-            dead = await trio.to_thread.run_sync(self._heartbeat)
+            try:
+                judge = time.monotonic() - healthy_since >= self.dead_after_s
+                dead = await trio.to_thread.run_sync(self._heartbeat, False, judge)
+            except StoreUnreachable:
+                # Away from the database, this worker cannot tell who is dead:
+                # everyone's heartbeat looks old just after an outage.
+                healthy_since = time.monotonic()
+                continue
             if dead is None:
                 self.on_declared_dead(self.executor_id)
                 return
             if dead:
                 await trio.to_thread.run_sync(_dbos.recover, dead)
 
-    def _heartbeat(self, *, first: bool = False) -> list[str] | None:
-        """Beat; claim the workers dead since (their rows go); their ids. None:
-        this worker's own row is gone (peers declared it dead)."""
+    def _heartbeat(self, first: bool = False, judge: bool = True) -> list[str] | None:
+        """Beat; if ``judge``, claim the workers dead since (their rows go); their
+        ids. None: this worker's own row is gone (peers declared it dead)."""
         now = time.time()
         with self._store.transaction() as conn:
             if first:
@@ -363,6 +377,8 @@ class Worker:
                 == 0
             ):
                 return None
+            if not judge:
+                return []
             rows = conn.execute(
                 "DELETE FROM workers WHERE beat_at < %s AND executor <> %s RETURNING executor",
                 (now - self.dead_after_s, self.executor_id),

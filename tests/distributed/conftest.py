@@ -40,11 +40,12 @@ def tool(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="session")
-def pg_server_url() -> Iterator[str]:
-    """A PostgreSQL server's URL (its superuser may create databases)."""
+def pg_server() -> Iterator[tuple[str, str | None]]:
+    """A PostgreSQL server's URL (its superuser may create databases), and the
+    directory ``tools/postgres.py`` keeps it in (None: given by URL alone)."""
     given = os.environ.get("ORCHESTRA_PG_URL")
     if given:
-        yield given
+        yield given, os.environ.get("ORCHESTRA_PG_STATE")
         return
     # Not under pytest's tmp_path: its parents are closed to the postgres user.
     state = tempfile.mkdtemp(prefix="orchestra-test-pg.")
@@ -53,10 +54,16 @@ def pg_server_url() -> Iterator[str]:
         if started.returncode == NO_BINARIES:
             pytest.skip(f"no PostgreSQL (set ORCHESTRA_PG_URL): {started.stderr.strip()}")
         assert started.returncode == 0, started.stderr
-        yield started.stdout.strip()
+        yield started.stdout.strip(), state
     finally:
         tool("stop", "--dir", state)
         shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_server_url(pg_server: tuple[str, str | None]) -> str:
+    """A PostgreSQL server's URL (its superuser may create databases)."""
+    return pg_server[0]
 
 
 @pytest.fixture

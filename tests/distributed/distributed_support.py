@@ -135,3 +135,13 @@ def in_tool(cluster: Cluster, root_id: str, tool: str) -> set[str]:
 
 def finished(cluster: Cluster, root_id: str) -> bool:
     return cluster.store.load(root_id).status is not Status.RUNNING
+
+
+def postgres_tool(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python tools/postgres.py ARGS…``."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "postgres.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

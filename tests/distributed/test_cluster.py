@@ -13,12 +13,20 @@ from __future__ import annotations
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from distributed_support import DEAD_AFTER_S, executors, finished, wait_until, workers
+from distributed_support import (
+    DEAD_AFTER_S,
+    executors,
+    finished,
+    postgres_tool,
+    wait_until,
+    workers,
+)
 
-from orchestra import InterruptionKind, Limits, Status
+from orchestra import InterruptionKind, Limits, Status, StoreUnreachable
 from orchestra._approval import approve
 from orchestra._cli_recipe import Recipe
 from orchestra.distributed import AGENTS_KEY, Cluster, cancel_tree, ledger_rows, resume_tree, submit
@@ -210,3 +218,44 @@ def test_a_childs_approval_is_continued_by_any_worker(
         states = cluster.store.tree(root)
     assert {s.status for s in states} == {Status.COMPLETED}, [(s.run_id, s.reason) for s in states]
     assert not (sandbox / "access.log").exists()
+
+
+def test_a_database_restart_mid_tree_loses_nothing(
+    pg_server: tuple[str, str | None], pg_url: str, tmp_path: Path, env: dict[str, str]
+) -> None:
+    state = pg_server[1]
+    if state is None:
+        pytest.skip("the server was given by URL alone: set ORCHESTRA_PG_STATE to restart it")
+    reference = "tests.distributed.agents:journal_tree"
+    agent = agent_of_reference(reference)
+    with workers(pg_url, tmp_path, 3, env) as pool, Cluster(pg_url) as cluster:
+        root = submit(
+            cluster, agent, "Scan the archives, children=6.", metadata={AGENTS_KEY: reference}
+        )
+
+        def writing() -> bool:
+            kids = _children(cluster, root)
+            return len(kids) == 6 and all(k.turns == 1 for k in kids)
+
+        wait_until(writing, TREE_S, "six children inside their 3 s writes")
+        for command in ("stop", "start"):  # every connection drops; the port stays
+            done = postgres_tool(command, "--dir", state)
+            assert done.returncode == 0, done.stderr
+        wait_until(lambda: _quietly(finished, cluster, root), TREE_S, "the tree after the restart")
+        states = cluster.store.tree(root)
+        spent = sum(row["cost_pico"] for row in ledger_rows(cluster, root))
+        alive = {name: proc.poll() for name, proc in pool.procs.items()}
+    assert {s.status for s in states} == {Status.COMPLETED}, [(s.run_id, s.reason) for s in states]
+    assert alive == {"w1": None, "w2": None, "w3": None}, alive
+    lines = (tmp_path / "journal").read_text().split()
+    assert len(lines) == 6 and len(set(lines)) == 6, lines
+    top = next(s for s in states if s.run_id == root)
+    assert top.tree.cost_pico == spent
+
+
+def _quietly(check: Callable[..., bool], *args: object) -> bool:
+    """``check(*args)``, False while the database is still coming back."""
+    try:
+        return check(*args)
+    except StoreUnreachable:
+        return False

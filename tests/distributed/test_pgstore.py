@@ -22,6 +22,7 @@ from orchestra._exceptions import (
     SchemaVersionError,
     StateError,
     StoreError,
+    StoreUnreachable,
 )
 from orchestra._serde import state_to_dict
 from orchestra._sqlite import SQLiteStore
@@ -441,16 +442,27 @@ def test_threads_get_a_connection_each(store: PostgresStore) -> None:
     assert all(conn.closed for conn in held)
 
 
-def test_a_broken_connection_fails_one_call_then_is_replaced(
+def test_a_read_on_a_dropped_connection_is_tried_again_on_a_fresh_one(
     store: PostgresStore, pg_url: str
 ) -> None:
     store.save(make_state())
     assert store._local.conn is not None
     pid = store._local.conn.info.backend_pid
-    query(pg_url, "SELECT pg_terminate_backend(%s)", pid)
-    with pytest.raises(StoreError, match=r"cannot reach PostgreSQL at .*: cannot load run 'r1'"):
-        store.load("r1")
+    query(pg_url, "SELECT pg_terminate_backend(%s)", pid)  # as a server restart does
     assert store.load("r1") == make_state()
+    assert store._local.conn.info.backend_pid != pid
+
+
+def test_a_write_on_a_dropped_connection_fails_once_then_is_replaced(
+    store: PostgresStore, pg_url: str
+) -> None:
+    store.save(make_state())
+    assert store._local.conn is not None
+    query(pg_url, "SELECT pg_terminate_backend(%s)", store._local.conn.info.backend_pid)
+    with pytest.raises(StoreUnreachable, match=r"cannot reach PostgreSQL at .*: cannot save"):
+        store.save(make_state(content="newer"))  # a write is not blindly repeated
+    store.save(make_state(content="newer"))
+    assert store.load("r1").messages[0]["content"] == "newer"
 
 
 # -- events -----------------------------------------------------------------
