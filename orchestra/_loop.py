@@ -124,7 +124,7 @@ async def _call(run: LiveRun, ask: _Ask) -> tuple[ChatReply, Usage] | None:
             usage = release()
         else:
             with trio.CancelScope(shield=True):  # a reservation is always released
-                usage = await ledger.guarded(run, release)
+                usage = await ledger.released(run, release)
     if reply is None:
         return None
     if reply.usage_reported:

@@ -48,9 +48,16 @@ class Ledger(Protocol):
         with every other process: the lineage's tree usage and reservations
         are loaded (locked) before it, and what it changed is written after.
 
-        Cancellation: the caller shields it when the decision must be recorded
-        (releasing a reservation); otherwise a cancel before it runs leaves
-        nothing changed.
+        Cancellation: a cancel before it runs leaves nothing changed.
+        """
+        ...
+
+    async def released(self, run: LiveRun, release: Callable[[], _T]) -> _T:
+        """As :meth:`guarded`, for releasing a call's reservation and charging
+        its real cost: tried again while the ledger cannot be reached, so the
+        real cost is recorded rather than the reservation charged later.
+
+        Cancellation: the caller shields it.
         """
         ...
 

@@ -34,6 +34,7 @@ from typing import Any, Protocol, TypeVar
 
 import attrs
 import orjson
+import trio
 
 from .._exceptions import StateError
 from .._run import LiveRun
@@ -78,6 +79,10 @@ LEDGER_TABLES = (
     "CREATE INDEX IF NOT EXISTS ledger_spend_root_id ON ledger_spend (root_id)",
 )
 """The ledger's tables (created by :meth:`PostgresLedger.create`)."""
+
+RETRY_S = 0.5
+RELEASE_PATIENCE_S = 300.0
+"""How long releasing a reservation waits for an unreachable database."""
 
 _LOCK_LINEAGE = """
     SELECT run_id, tree, reserved_pico, reserved_tokens, reserved_turns
@@ -162,6 +167,21 @@ class PostgresLedger:
                 abandon(run.state.root_id)
             raise
 
+    async def released(self, run: LiveRun, release: Callable[[], _T]) -> _T:
+        """See :class:`~orchestra._run.Ledger`: tried every :data:`RETRY_S` for
+        up to :data:`RELEASE_PATIENCE_S` while the database is away (then the
+        step is abandoned; the hold stays, and is charged at its reservation
+        when the run is next taken up)."""
+        waited = 0.0
+        while True:
+            try:
+                return await self.guarded(run, release)
+            except StepAbandoned:
+                if waited >= RELEASE_PATIENCE_S:
+                    raise
+            await trio.sleep(RETRY_S)
+            waited += RETRY_S
+
     def _guarded(self, run: LiveRun, decide: Callable[[], _T]) -> _T:
         nodes = list(run.lineage())
         with self.store.transaction() as conn:
@@ -216,10 +236,11 @@ class PostgresLedger:
         )
 
     async def settle_lost(self, run: LiveRun) -> Usage | None:
-        """Charge a hold left by a worker that died mid-call, at its reservation.
+        """Charge a hold left by a call whose outcome was never recorded (its
+        worker died mid-call, or its release gave up), at its reservation.
 
-        Call it when this worker takes ``run`` up, before its first step. Returns
-        what was charged (None: no hold was left).
+        Call it before each step of ``run`` (no call of the run is in flight
+        then). Returns what was charged (None: no hold was left).
         """
         return await in_thread(self._settle_lost, run)
 

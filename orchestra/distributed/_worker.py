@@ -185,8 +185,7 @@ class Worker:
         live.runner.resume_saving(state.root_id)
         first = run_id not in self._taken
         self._taken.add(run_id)
-        if first:
-            await self._settle_lost(live)
+        await self._settle_lost(live)  # no call of the run is in flight: any hold is stale
         self._cancels.update(await in_thread(self._tree_cancels, [state.root_id]))
         reason = self._cancel_of(live)
         if reason is not None:
@@ -243,7 +242,8 @@ class Worker:
             live.emit(
                 "lost_call",
                 cost_usd=lost.cost_usd,
-                message="a model call was in flight when its worker died; charged at "
+                message="a model call whose outcome was never recorded (its worker died, or "
+                "the database was away); charged at "
                 "its reservation",
             )
 

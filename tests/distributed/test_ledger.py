@@ -156,3 +156,34 @@ def test_a_lineage_without_ledger_rows_is_refused(ledger: PostgresLedger) -> Non
     run = LiveRun(state=orphan, agent=AGENT, runner=_runner())
     with pytest.raises(StateError, match="no row for run"):
         ledger._guarded(run, lambda: None)
+
+
+async def test_a_release_waits_for_the_database_and_records_the_real_cost(
+    ledger: PostgresLedger, store: PostgresStore, monkeypatch: pytest.MonkeyPatch, autojump_clock
+) -> None:
+    from orchestra import StoreUnreachable
+
+    root, (kid,) = _tree(ledger, budget=0.01, children=1)
+    run = _worker_view(root, kid)
+    grant = await ledger.guarded(run, lambda: reserve(run, PROMPT, 2, Margin()))
+    assert isinstance(grant, Grant)
+    real = store.transaction
+    outages = iter([True, True, True])  # the next three transactions find it away
+
+    def flaky() -> object:
+        if next(outages, False):
+            raise StoreUnreachable("cannot reach PostgreSQL (test)")
+        return real()
+
+    monkeypatch.setattr(store, "transaction", flaky)
+    reply = ChatReply(
+        message={"role": "assistant", "content": "x"},
+        finish_reason="stop",
+        prompt_tokens=PROMPT,
+        completion_tokens=5,
+    )
+    usage = await ledger.released(run, partial(settle, run, grant, reply, Margin()))
+    monkeypatch.setattr(store, "transaction", real)
+    assert usage.completion_tokens == 5 and usage.cost_pico < grant.pico
+    assert ledger.spent(root.run_id).cost_pico == usage.cost_pico  # the real cost, once
+    assert await ledger.settle_lost(_worker_view(root, kid)) is None  # no hold was left
