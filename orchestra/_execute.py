@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import traceback
 import uuid
+from collections.abc import Callable
 
 import attrs
 import trio
@@ -30,6 +31,7 @@ __all__ = [
     "new_run_id",
     "new_state",
     "reopen",
+    "reopen_state",
     "result_of",
     "spawn_child",
     "trio_deadline",
@@ -74,13 +76,23 @@ def reopen(run: LiveRun, limits: Limits | None, note: str) -> None:
     Raises:
         StateError: the run's status cannot be resumed.
     """
-    state = run.state
+    reopen_state(run.state, limits, note, run.runner.now)
+
+
+def reopen_state(
+    state: RunState, limits: Limits | None, note: str, now: Callable[[], float]
+) -> None:
+    """:func:`reopen` for a state alone (``now``: the wall clock, read only for a raise).
+
+    Raises:
+        StateError: the run's status cannot be resumed.
+    """
     if not state.status.resumable:
         raise StateError(f"run {state.run_id} ended {state.status.value}; it cannot be resumed")
     if limits is not None:
-        now = run.runner.now()
-        after = limits.anchored(now)
-        state.limit_raises.append(LimitRaise(at=now, before=state.limits, after=after, note=note))
+        at = now()
+        after = limits.anchored(at)
+        state.limit_raises.append(LimitRaise(at=at, before=state.limits, after=after, note=note))
         state.limits = after
     state.status, state.reason, state.interruption, state.error = Status.RUNNING, "", None, None
 
@@ -223,10 +235,12 @@ async def execute(run: LiveRun, *, one_step: bool = False, announce: bool = True
         run.finish(_internal_error(exc))
     finally:
         run.runner.unregister(run)
-        if run.state.status is Status.RUNNING and paused:
-            _pause(run)
-        elif run.state.status is Status.RUNNING:
-            run.finish(stopped_exit(run))
+        if run.state.status is Status.RUNNING:
+            if paused:  # one step done: saved as it is, to be continued
+                run.stop_clock()
+                run.checkpoint()
+            else:
+                run.finish(stopped_exit(run))
 
 
 def _announce(run: LiveRun) -> None:
@@ -239,14 +253,6 @@ def _announce(run: LiveRun) -> None:
         limits=attrs.asdict(run.state.limits),
     )
     _warn_about_price(run)
-    run.checkpoint()
-
-
-def _pause(run: LiveRun) -> None:
-    """Save a run that is still running after one step, with its elapsed time."""
-    if run.clock_started is not None:
-        run.state.elapsed_s += trio.current_time() - run.clock_started
-        run.clock_started = None
     run.checkpoint()
 
 

@@ -253,6 +253,12 @@ class LiveRun:
         self.runner.save(self.state, self.events)
         self.events.clear()
 
+    def stop_clock(self) -> None:
+        """Add the time this process executed the run to ``state.elapsed_s``."""
+        if self.clock_started is not None:
+            self.state.elapsed_s += trio.current_time() - self.clock_started
+            self.clock_started = None
+
     def finish(self, exit_: Exit) -> None:
         """Record the run's one exit, emit ``run_stopped`` and save.
 
@@ -260,9 +266,7 @@ class LiveRun:
         only: the new holder's saved state is never overwritten.
         """
         s = self.state
-        if self.clock_started is not None:
-            s.elapsed_s += trio.current_time() - self.clock_started
-            self.clock_started = None
+        self.stop_clock()
         s.status, s.reason, s.error, s.interruption = (
             exit_.status,
             redact(exit_.reason),
