@@ -23,7 +23,7 @@ worker's death costs only the step in flight), with:
 Needs the ``[distributed]`` extra (``dbos`` pinned, ``psycopg``).
 """
 
-from ._client import Cluster, cancel_tree, ledger_rows, resume_tree, submit, tree_states
+from ._client import Cluster, cancel_tree, ledger_rows, resume_tree, submit
 from ._ledger import PostgresLedger
 from ._pgstore import PostgresStore
 from ._worker import AGENTS_KEY, Worker
@@ -38,5 +38,4 @@ __all__ = [
     "ledger_rows",
     "resume_tree",
     "submit",
-    "tree_states",
 ]

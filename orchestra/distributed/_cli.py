@@ -9,11 +9,11 @@ record the decision and queue the tree again (any worker continues it);
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
 import time
+from collections import Counter
 from typing import Any
 
 import click
@@ -62,6 +62,7 @@ def run_worker(
     restarted under the same ``--id`` takes them back at once). Nothing is
     drained: a parent waiting for its children could take hours.
     """
+    from ._pgstore import redacted
     from ._worker import Worker
 
     options: dict[str, Any] = {
@@ -78,9 +79,7 @@ def run_worker(
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
                 await nursery.start(lambda task_status: worker.serve(task_status=task_status))
-                click.echo(
-                    f"worker {worker.executor_id} ready ({database_label(database)})", err=True
-                )
+                click.echo(f"worker {worker.executor_id} ready ({redacted(database)})", err=True)
                 async for signum in signals:
                     click.echo(
                         f"{signal.Signals(signum).name}: stopped; the runs in flight here "
@@ -92,13 +91,6 @@ def run_worker(
                     os._exit(0)  # DBOS's threads and our runs stop with the process, as in a crash
 
     trio.run(main)
-
-
-def database_label(url: str) -> str:
-    """The URL without its password."""
-    from ._pgstore import redacted
-
-    return redacted(url)
 
 
 def follow(cluster: Any, run_id: str, *, timeout_s: float | None = None) -> list[RunState]:
@@ -124,7 +116,7 @@ def follow(cluster: Any, run_id: str, *, timeout_s: float | None = None) -> list
         waited = time.monotonic() - started
         if timeout_s is not None and waited > timeout_s:
             return list(cluster.store.tree(run_id))
-        if not hinted and waited > UNTAKEN_HINT_S and _untaken(cluster, run_id):
+        if not hinted and waited > UNTAKEN_HINT_S and cluster.store.executor(run_id) is None:
             hinted = True
             click.echo(
                 f"no worker has taken {run_id} yet: start one with "
@@ -146,55 +138,12 @@ def _database_away(since: float | None, exc: StoreUnreachable) -> float:
     return since
 
 
-def _untaken(cluster: Any, run_id: str) -> bool:
-    with cluster.store.transaction() as conn:
-        row = conn.execute("SELECT executor FROM runs WHERE run_id = %s", (run_id,)).fetchone()
-    return row is not None and row[0] is None
-
-
-def summary(states: list[RunState], root_id: str) -> dict[str, Any]:
-    """One line per run of a tree, the root first."""
-    ordered = sorted(states, key=lambda s: (s.run_id != root_id, s.created_at))
-    return {
-        "run_id": root_id,
-        "runs": [
-            {
-                "run_id": s.run_id,
-                "parent_id": s.parent_id,
-                "agent": s.agent,
-                "status": s.status.value,
-                "reason": s.reason,
-                "turns": s.turns,
-                "cost_usd": s.own.cost_usd,
-                "tree_cost_usd": s.tree.cost_usd,
-                "budget_usd": s.limits.max_budget_usd,
-            }
-            for s in ordered
-        ],
-    }
-
-
-def echo_summary(report: dict[str, Any], as_json: bool) -> None:
-    """The tree as a table (80 columns) or as JSON."""
-    if as_json:
-        click.echo(json.dumps(report))
-        return
-    for row in report["runs"]:
-        budget = "-" if row["budget_usd"] is None else f"${row['budget_usd']:.4f}"
-        indent = "" if row["parent_id"] is None else "  "
-        click.echo(
-            f"{indent}{row['run_id']:<22} {row['agent'][:12]:<12} {row['status']:<19} "
-            f"{row['turns']:>3}t ${row['tree_cost_usd']:.6f}/{budget}"
-        )
-        if row["reason"]:
-            click.echo(f"{indent}  {row['reason'][: 74 - len(indent)]}")
-
-
 def submit_and_follow(database: str, recipe: Any, limits: Any, task: str) -> tuple[Any, float]:
     """Submit a CLI recipe's run to the workers and wait for its tree; (result, ms)."""
     from .._cli_session import tree_result
     from .._exceptions import ConfigError
     from ._client import Cluster, submit
+    from ._pgstore import redacted
 
     if recipe.mcp:
         raise ConfigError("runs with MCP tools cannot be submitted to workers yet")
@@ -203,7 +152,7 @@ def submit_and_follow(database: str, recipe: Any, limits: Any, task: str) -> tup
         run_id = submit(
             cluster, recipe.agent(limits), task, limits=limits, metadata=recipe.metadata()
         )
-        click.echo(f"submitted {run_id} to the workers of {database_label(database)}", err=True)
+        click.echo(f"submitted {run_id} to the workers of {redacted(database)}", err=True)
         states = follow(cluster, run_id)
         return tree_result(states, run_id), (time.monotonic() - started) * 1000
 
@@ -217,13 +166,10 @@ def cancel_everywhere(database: str, run_id: str, reason: str, wait_s: float) ->
         states = cancel_tree(cluster, run_id, reason, wait_s)
         ms = (time.monotonic() - asked) * 1000
     still = [s.run_id for s in states if s.status is Status.RUNNING]
-    counts: dict[str, int] = {}
-    for s in states:
-        counts[s.status.value] = counts.get(s.status.value, 0) + 1
     return {
         "run_id": run_id,
         "root_id": states[0].root_id if states else run_id,
-        "runs": counts,
+        "runs": dict(Counter(s.status.value for s in states)),
         "still_running": still,
         "stopped_after_ms": round(ms, 1),
     }

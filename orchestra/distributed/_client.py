@@ -21,12 +21,12 @@ from typing import Any
 
 from .._agent import Agent
 from .._exceptions import StateError
-from .._execute import new_state
+from .._execute import new_state, reopen_state
 from .._state import Limits, RunState, Status
 from ._dbos import DBOSQueue, migrate, workflow_id
 from ._ledger import PostgresLedger
 
-__all__ = ["Cluster", "cancel_tree", "resume_tree", "submit"]
+__all__ = ["Cluster", "cancel_tree", "ledger_rows", "resume_tree", "submit"]
 
 CANCEL_WAIT_S = 30.0
 """How long :func:`cancel_tree` waits for the tree's runs to stop."""
@@ -81,13 +81,6 @@ def submit(
     return state.run_id
 
 
-def tree_states(cluster: Cluster, run_id: str) -> list[RunState]:
-    """Every saved run of ``run_id``'s tree."""
-    root = cluster.store.load(run_id).root_id
-    states: list[RunState] = cluster.store.tree(root)
-    return states
-
-
 def cancel_tree(
     cluster: Cluster, run_id: str, reason: str = "cancelled", wait_s: float = CANCEL_WAIT_S
 ) -> list[RunState]:
@@ -120,10 +113,8 @@ def resume_tree(cluster: Cluster, run_id: str) -> str:
     root = cluster.store.load(cluster.store.load(run_id).root_id)
     if root.status is Status.RUNNING:
         raise StateError(f"run {root.run_id} is running; nothing to resume")
-    if not root.status.resumable:
-        raise StateError(f"run {root.run_id} ended {root.status.value}; it cannot be resumed")
+    reopen_state(root, None, "", time.time)
     cluster.store.clear_cancels(root.run_id)
-    root.status, root.reason, root.interruption, root.error = Status.RUNNING, "", None, None
     root.updated_at = time.time()
     cluster.store.save(root)
     cluster.store.requeue(root.run_id)

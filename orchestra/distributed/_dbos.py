@@ -27,6 +27,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from importlib.metadata import version
 from typing import Any
+from urllib.parse import urlsplit
 
 import trio
 
@@ -76,10 +77,11 @@ def workflow_id(run_id: str, attempt: int) -> str:
 
 
 def system_url(database: str) -> str:
-    """DBOS's system database: beside ours on the same server, named ``<db>_dbos``."""
-    base, _, name = database.rpartition("/")
-    name, sep, query = name.partition("?")
-    return f"{base}/{name or 'postgres'}_dbos{sep}{query}"
+    """DBOS's system database: beside ours on the same server, named ``<db>_dbos``
+    (``postgres_dbos`` for a URL that names no database)."""
+    parts = urlsplit(database)
+    name = parts.path.lstrip("/") or "postgres"
+    return parts._replace(path=f"/{name}_dbos").geturl()
 
 
 def config(database: str, executor_id: str) -> dict[str, Any]:
@@ -100,12 +102,18 @@ def migrate(database: str, transactions: Any) -> None:
     One process at a time (an advisory lock in ``database``, through
     ``transactions``, a store), so workers starting together do not race.
     """
-    from dbos import DBOS
-
+    DBOS = _dbos()
     with transactions.transaction() as conn:
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('orchestra.dbos'))")
-        logging.getLogger("dbos").setLevel(logging.WARNING)
         DBOS.migrate(system_url(database))
+
+
+def _dbos() -> Any:
+    """The ``DBOS`` class, its logger quieted to warnings (it announces itself at INFO)."""
+    from dbos import DBOS
+
+    logging.getLogger("dbos").setLevel(logging.WARNING)
+    return DBOS
 
 
 def _register() -> None:
@@ -152,11 +160,9 @@ def launch(database: str, executor_id: str, concurrency: int) -> None:
     under its old id) and takes runs from the queue, at most ``concurrency``
     at a time.
     """
-    from dbos import DBOS
-
+    DBOS = _dbos()
     _register()
-    logging.getLogger("dbos").setLevel(logging.WARNING)
-    DBOS(config=config(database, executor_id))  # type: ignore[arg-type]
+    DBOS(config=config(database, executor_id))
     DBOS.launch()
     DBOS.register_queue(
         QUEUE,

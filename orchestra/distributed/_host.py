@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import attrs
 import trio
@@ -23,14 +23,17 @@ import trio
 from .._agent import Agent
 from .._budget import carve
 from .._exceptions import RunNotFound, StoreUnreachable
-from .._execute import child_answer, new_state, reopen
+from .._execute import child_answer, new_state, reopen_state
 from .._run import LiveRun
 from .._runner import Runner
 from .._state import Limits, RunState, Status, Usage
 from ._ledger import PostgresLedger
 from ._threads import StepAbandoned, in_thread
 
-__all__ = ["RunQueue", "WorkerRunner", "run_status"]
+if TYPE_CHECKING:
+    from ._pgstore import PostgresStore
+
+__all__ = ["RunQueue", "WorkerRunner"]
 
 _T = TypeVar("_T")
 
@@ -51,7 +54,6 @@ class WorkerRunner(Runner):
     """A :class:`~orchestra.Runner` whose runs are steps of queued workflows."""
 
     queue: RunQueue
-    pg_ledger: PostgresLedger
     _abandoned: set[str] = attrs.field(factory=set, init=False)
     """Trees whose step here met an unreachable database: nothing more of
     theirs is saved until their next step starts (:meth:`resume_saving`)."""
@@ -108,11 +110,11 @@ class WorkerRunner(Runner):
         if isinstance(state, str):
             return state
         if state.status is Status.INTERRUPTED and state.status.resumable:
-            state = await self._reopened(state, agent)
+            state = await self._reopened(state)
         if state.status is Status.RUNNING:
             await self.queue.enqueue(state.run_id)
             state = await self._outcome(state.root_id, state.run_id)
-        await self.pg_ledger.refresh(parent)
+        await self._ledger.refresh(parent)
         return child_answer(LiveRun(state=state, agent=agent, runner=self, parent=parent))
 
     async def _bound_child(
@@ -127,24 +129,24 @@ class WorkerRunner(Runner):
             except RunNotFound:
                 pass  # the process died between binding and the child's first save
         ask = limits or agent.limits
-        carved = await self.pg_ledger.guarded(parent, partial(carve, parent, ask, self.now()))
+        carved = await self._ledger.guarded(parent, partial(carve, parent, ask, self.now()))
         if isinstance(carved, str):
             return f"{agent.name} was not started: {carved}."
         state = new_state(agent, task, carved, parent, call_id, child_id)
         depth = sum(1 for _ in parent.lineage())
-        await self._db(parent.state.root_id, self.pg_ledger.open_node, state, depth)
+        await self._db(parent.state.root_id, self._ledger.open_node, state, depth)
         if child_id is None:
             parent.state.children[call_id] = state.run_id
-            await self.pg_ledger.guarded(parent, partial(parent.charge, Usage(child_runs=1)))
+            await self._ledger.guarded(parent, partial(parent.charge, Usage(child_runs=1)))
             parent.checkpoint()  # the binding is durable before the child exists
         self.save(state)
         return state
 
-    async def _reopened(self, state: RunState, agent: Agent) -> RunState:
+    async def _reopened(self, state: RunState) -> RunState:
         """A child interrupted earlier (e.g. for an approval), running again, re-queued."""
-        reopen(LiveRun(state=state, agent=agent, runner=self), None, "")
+        reopen_state(state, None, "", self.now)
         self.save(state)
-        await self._db(state.root_id, _store_call, self.store, "requeue", state.run_id)
+        await self._db(state.root_id, self._store.requeue, state.run_id)
         return state
 
     async def _outcome(self, root_id: str, run_id: str) -> RunState:
@@ -154,20 +156,18 @@ class WorkerRunner(Runner):
         is stopped by the tree's cancel request, on whichever worker runs it.
         """
         while True:
-            status = await self._db(root_id, run_status, self.store, run_id)
-            if status != Status.RUNNING.value:
+            status = await self._db(root_id, self._store.status, run_id)
+            if status is not Status.RUNNING:
                 return await self._db(root_id, self.store.load, run_id)
             await trio.sleep(WAIT_POLL_S)
 
+    @property
+    def _ledger(self) -> PostgresLedger:
+        """The ledger, as the PostgreSQL ledger it is on a worker."""
+        assert isinstance(self.ledger, PostgresLedger)
+        return self.ledger
 
-def run_status(store: Any, run_id: str) -> str:
-    """The saved status of ``run_id`` (one small query)."""
-    with store.transaction() as conn:
-        row = conn.execute("SELECT status FROM runs WHERE run_id = %s", (run_id,)).fetchone()
-    if row is None:
-        raise RunNotFound(f"no run {run_id!r} in {store!r}")
-    return str(row[0])
-
-
-def _store_call(store: Any, method: str, *args: Any) -> Any:
-    return getattr(store, method)(*args)
+    @property
+    def _store(self) -> PostgresStore:
+        """The store, as the PostgreSQL store it is on a worker."""
+        return cast("PostgresStore", self.store)

@@ -183,20 +183,28 @@ class PostgresLedger:
             waited += RETRY_S
 
     def _guarded(self, run: LiveRun, decide: Callable[[], _T]) -> _T:
-        nodes = list(run.lineage())
         with self.store.transaction() as conn:
-            _load(conn, nodes)
-            before = [_Numbers.of(node) for node in nodes]
-            own = run.state.own
-            result = decide()
-            for node, was in zip(nodes, before, strict=True):
-                now = _Numbers.of(node)
-                if now != was:
-                    _write(conn, node.state.run_id, now)
-            self._record(conn, run, before[0], own)
+            return self._decided(conn, run, decide)
+
+    def _decided(
+        self, conn: Any, run: LiveRun, decide: Callable[[], _T], *, lost: bool = False
+    ) -> _T:
+        """Within ``conn``'s transaction: lock and load the lineage, ``decide``,
+        write back what changed, and record the hold and spend (``lost``: a
+        charge for a call whose outcome was never recorded)."""
+        nodes = list(run.lineage())
+        _load(conn, nodes)
+        before = [_Numbers.of(node) for node in nodes]
+        own = run.state.own
+        result = decide()
+        for node, was in zip(nodes, before, strict=True):
+            now = _Numbers.of(node)
+            if now != was:
+                _write(conn, node.state.run_id, now)
+        self._record(conn, run, before[0], own, lost=lost)
         return result
 
-    def _record(self, conn: Any, run: LiveRun, was: _Numbers, own: Usage) -> None:
+    def _record(self, conn: Any, run: LiveRun, was: _Numbers, own: Usage, *, lost: bool) -> None:
         """The hold a decision took or released, and the spend it charged."""
         turns = run.reserved_turns - was.turns
         if turns > 0:
@@ -216,7 +224,7 @@ class PostgresLedger:
             conn.execute("DELETE FROM ledger_holds WHERE run_id = %s", (run.state.run_id,))
         spent = run.state.own - own
         if spent.model_calls or spent.cost_pico:
-            self._spend(conn, run.state, spent, lost=False)
+            self._spend(conn, run.state, spent, lost=lost)
 
     def _spend(self, conn: Any, state: RunState, spent: Usage, *, lost: bool) -> None:
         conn.execute(
@@ -245,22 +253,21 @@ class PostgresLedger:
         return await in_thread(self._settle_lost, run)
 
     def _settle_lost(self, run: LiveRun) -> Usage | None:
-        nodes = list(run.lineage())
         with self.store.transaction() as conn:
-            _load(conn, nodes)
             row = conn.execute(
-                "DELETE FROM ledger_holds WHERE run_id = %s RETURNING pico, tokens, turns",
+                "SELECT pico, tokens, turns FROM ledger_holds WHERE run_id = %s",
                 (run.state.run_id,),
             ).fetchone()
             if row is None:
                 return None
             pico, tokens, turns = row
             lost = Usage(model_calls=1, prompt_tokens=tokens, cost_pico=pico)
-            run.reserve(-pico, -turns, -tokens)
-            run.charge(lost)
-            for node in nodes:
-                _write(conn, node.state.run_id, _Numbers.of(node))
-            self._spend(conn, run.state, lost, lost=True)
+
+            def charge() -> None:  # released like a call's hold (the row goes), charged in full
+                run.reserve(-pico, -turns, -tokens)
+                run.charge(lost)
+
+            self._decided(conn, run, charge, lost=True)
         return lost
 
     async def refresh(self, run: LiveRun) -> None:

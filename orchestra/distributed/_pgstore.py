@@ -420,9 +420,17 @@ class PostgresStore:
     def pending_cancels(self, root_id: str | None = None) -> dict[str, str]:
         """Cancel requests for runs of the tree ``root_id`` (of every tree if None):
         reason by run id, oldest first."""
-        where, params = ("TRUE", ()) if root_id is None else ("root_id = %s", (root_id,))
+        if root_id is None:
+            return self._cancels("'every tree'", "TRUE")
+        return self._cancels(repr(root_id), "root_id = %s", root_id)
+
+    def cancels_of(self, root_ids: Sequence[str]) -> dict[str, str]:
+        """Cancel requests for runs of the trees ``root_ids`` (one query), oldest first."""
+        return self._cancels(f"{len(root_ids)} tree(s)", "root_id = ANY(%s)", list(root_ids))
+
+    def _cancels(self, which: str, where: str, *params: object) -> dict[str, str]:
         rows = self._read(
-            f"read cancel requests of {root_id or 'every tree'!r}",
+            f"read cancel requests of {which}",
             f"SELECT run_id, reason FROM cancels WHERE {where} ORDER BY requested_at, run_id",
             *params,
         )
@@ -587,14 +595,34 @@ class PostgresStore:
         Raises:
             RunNotFound: no run with this id.
         """
+        return int(self._column("attempt", run_id))
+
+    def status(self, run_id: str) -> Status:
+        """The saved status of ``run_id`` (one small query, no transcript).
+
+        Raises:
+            RunNotFound: no run with this id.
+        """
+        return Status(self._column("status", run_id))
+
+    def executor(self, run_id: str) -> str | None:
+        """The worker that last took ``run_id`` up (None: none has yet).
+
+        Raises:
+            RunNotFound: no run with this id.
+        """
+        found = self._column("executor", run_id)
+        return None if found is None else str(found)
+
+    def _column(self, column: str, run_id: str) -> Any:
         rows = self._read(
-            f"read the attempt of run {run_id!r}",
-            "SELECT attempt FROM runs WHERE run_id = %s",
+            f"read the {column} of run {run_id!r}",
+            f"SELECT {column} FROM runs WHERE run_id = %s",
             run_id,
         )
         if not rows:
             raise RunNotFound(f"no run {run_id!r} in {self._url}")
-        return int(rows[0][0])
+        return rows[0][0]
 
     def set_executor(self, run_id: str, executor: str | None) -> None:
         """Record ``executor`` as the worker executing ``run_id`` (None: no worker).

@@ -10,8 +10,9 @@ the steps, the loop runs three small tasks:
 - the **heartbeat**: this worker's row in ``workers``, renewed every
   ``heartbeat_s`` (1 s), in a thread of its own;
 - the **reaper**: a worker whose heartbeat is older than ``dead_after_s``
-  (10 s; ``--dead-after``) is dead (killed, or its machine lost); one live worker (an advisory lock
-  decides which) has DBOS queue its pending workflows again, and any live
+  (10 s; ``--dead-after``) is dead (killed, or its machine lost); the one live
+  worker whose delete of its row wins (row locks decide) has DBOS queue its
+  pending workflows again, and any live
   worker takes them up where their store state says they were.
 
 Runs are rebuilt from the store at each step: the state, its ancestors as
@@ -186,7 +187,7 @@ class Worker:
         first = run_id not in self._taken
         self._taken.add(run_id)
         await self._settle_lost(live)  # no call of the run is in flight: any hold is stale
-        self._cancels.update(await in_thread(self._tree_cancels, [state.root_id]))
+        self._cancels.update(await in_thread(self._store.cancels_of, [state.root_id]))
         reason = self._cancel_of(live)
         if reason is not None:
             live.request_cancel(reason)
@@ -242,9 +243,8 @@ class Worker:
             live.emit(
                 "lost_call",
                 cost_usd=lost.cost_usd,
-                message="a model call whose outcome was never recorded (its worker died, or "
-                "the database was away); charged at "
-                "its reservation",
+                message="a model call whose outcome was never recorded (its worker died, "
+                "or the database was away); charged at its reservation",
             )
 
     def _cancel_of(self, live: LiveRun) -> str | None:
@@ -290,7 +290,6 @@ class Worker:
                 store=self._store,
                 sink=self.sink,
                 queue=self._queue,
-                pg_ledger=self._ledger,
                 ledger=self._ledger,
                 owner=self.executor_id,
             )
@@ -314,7 +313,7 @@ class Worker:
             roots = sorted({live.state.root_id for live in self._running.values()})
             if roots:
                 try:
-                    self._cancels = await in_thread(self._tree_cancels, roots)
+                    self._cancels = await in_thread(self._store.cancels_of, roots)
                 except StepAbandoned:  # the database is away: look again next time
                     await trio.sleep(self.poll_interval)
                     continue
@@ -323,14 +322,6 @@ class Worker:
                     if reason is not None and live.cancel_reason is None:
                         live.request_cancel(reason)
             await trio.sleep(self.poll_interval)
-
-    def _tree_cancels(self, roots: list[str]) -> dict[str, str]:
-        """Cancel requests (reason by run id) of the trees ``roots``."""
-        with self._store.transaction() as conn:
-            rows = conn.execute(
-                "SELECT run_id, reason FROM cancels WHERE root_id = ANY(%s)", (roots,)
-            ).fetchall()
-        return dict(rows)
 
     async def _beat(self) -> None:
         """Renew this worker's heartbeat; have dead workers' workflows recovered.
