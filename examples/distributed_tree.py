@@ -129,7 +129,7 @@ def workers(url: str, logs: Path) -> Iterator[dict[str, subprocess.Popen[bytes]]
                         "--concurrency",
                         "3",
                         "--dead-after",
-                        "3",  # quick to declare the killed worker dead (default 10 s)
+                        "5",  # quick to declare the killed worker dead (default 10 s)
                     ],
                     cwd=ROOT,
                     stdout=log,

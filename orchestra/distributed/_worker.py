@@ -123,6 +123,7 @@ class Worker:
     _running: dict[str, LiveRun] = attrs.field(factory=dict, init=False)
     _taken: set[str] = attrs.field(factory=set, init=False)
     _cancels: dict[str, str] = attrs.field(factory=dict, init=False)
+    _launched: bool = attrs.field(default=False, init=False)
 
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Take runs from the queue until cancelled (then DBOS is stopped).
@@ -137,17 +138,21 @@ class Worker:
         self._store = PostgresStore(self.database)
         self._ledger = PostgresLedger(store=self._store, executor=self.executor_id)
         await trio.to_thread.run_sync(self._prepare)
-        await trio.to_thread.run_sync(_dbos.migrate, self.database, self._store)
-        self._queue = _dbos.DBOSQueue(self.database, self._store.attempt)
         try:
             async with scripted_server(faults=False) as url, trio.open_nursery() as nursery:
+                # Beating from the moment the row exists: DBOS's migration and
+                # launch take seconds on a loaded machine, and a silent worker
+                # looks dead. It judges others only once DBOS runs here.
+                nursery.start_soon(self._beat)
+                await trio.to_thread.run_sync(_dbos.migrate, self.database, self._store)
+                self._queue = _dbos.DBOSQueue(self.database, self._store.attempt)
                 self._scripted_url = url
                 _dbos.serve(self.advance)
                 await trio.to_thread.run_sync(
                     _dbos.launch, self.database, self.executor_id, self.concurrency
                 )
+                self._launched = True
                 nursery.start_soon(self._watch)
-                nursery.start_soon(self._beat)
                 task_status.started()
                 await trio.sleep_forever()
         finally:
@@ -336,7 +341,7 @@ class Worker:
             # Not through the store's shared thread limit: runs waiting on locks
             # must never delay the heartbeat into a false death.
             try:
-                judge = time.monotonic() - healthy_since >= self.dead_after_s
+                judge = self._launched and time.monotonic() - healthy_since >= self.dead_after_s
                 dead = await trio.to_thread.run_sync(self._heartbeat, False, judge)
             except StoreUnreachable:
                 # Away from the database, this worker cannot tell who is dead:

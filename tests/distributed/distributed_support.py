@@ -19,7 +19,7 @@ from orchestra.distributed import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 READY_S = 90.0
-DEAD_AFTER_S = 3
+DEAD_AFTER_S = 5
 """The workers' --dead-after: short, so a killed worker's runs move on quickly."""
 
 
