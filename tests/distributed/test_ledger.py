@@ -48,14 +48,18 @@ def _runner() -> Runner:
     return Runner(provider=provider, store=MemoryStore())
 
 
-def _tree(ledger: PostgresLedger, budget: float, children: int) -> tuple[RunState, list[RunState]]:
-    """A root with ``budget`` and ``children`` children carved from it, in the ledger."""
+def _tree(
+    ledger: PostgresLedger, budget: float, children: int, child_budget: float | None = None
+) -> tuple[RunState, list[RunState]]:
+    """A root with ``budget`` and ``children`` children (``child_budget`` each,
+    default ``budget``) carved from it, in the ledger."""
     root = new_state(AGENT, "find out", Limits(max_budget_usd=budget).anchored(time.time()))
     ledger.open_node(root, 0)
     kids = []
     for i in range(children):
         parent = LiveRun(state=root, agent=AGENT, runner=_runner())
-        kid = new_state(AGENT, f"part {i}", Limits(max_budget_usd=budget), parent, f"call_{i}")
+        kid_limits = Limits(max_budget_usd=child_budget or budget)
+        kid = new_state(AGENT, f"part {i}", kid_limits, parent, f"call_{i}")
         ledger.open_node(kid, 1)
         kids.append(kid)
     return root, kids
@@ -98,7 +102,9 @@ async def _spend_until_stopped(ledger: PostgresLedger, run: LiveRun) -> int:
 async def test_children_on_several_workers_never_spend_past_the_parents_budget(
     ledger: PostgresLedger, store: PostgresStore
 ) -> None:
-    root, kids = _tree(ledger, budget=0.01, children=8)
+    # No child can spend the parent's budget alone (8 × $0.004 > $0.01), whatever
+    # order the threads run in: the budget is contended by construction.
+    root, kids = _tree(ledger, budget=0.01, children=8, child_budget=0.004)
     views = [_worker_view(root, kid) for kid in kids]
     async with trio.open_nursery() as nursery:
         for view in views:
