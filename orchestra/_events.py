@@ -23,7 +23,7 @@ import attrs
 
 from ._redact import redact_data
 
-__all__ = ["Event", "EventSink", "JsonlSink", "fanout"]
+__all__ = ["Event", "EventSink", "JsonlSink", "event_record", "fanout"]
 
 
 @attrs.frozen(kw_only=True)
@@ -39,14 +39,27 @@ class Event:
 
     def to_dict(self) -> dict[str, Any]:
         """The event as one flat JSON object."""
-        head = {
-            "type": self.type,
-            "run_id": self.run_id,
-            "root_id": self.root_id,
-            "parent_id": self.parent_id,
-            "at": round(self.at, 6),
-        }
-        return {**head, **self.data}
+        return event_record(
+            self.type, self.run_id, self.root_id, self.parent_id, self.at, self.data
+        )
+
+
+def event_record(
+    type_: str, run_id: str, root_id: str, parent_id: str | None, at: float, data: dict[str, Any]
+) -> dict[str, Any]:
+    """An event as the flat JSON object stores keep (``data`` already redacted).
+
+    What :meth:`Event.to_dict` returns; a runner with no sink or tracer builds
+    it directly, without an :class:`Event`.
+    """
+    return {
+        "type": type_,
+        "run_id": run_id,
+        "root_id": root_id,
+        "parent_id": parent_id,
+        "at": round(at, 6),
+        **data,
+    }
 
 
 EventSink = Callable[[Event], None]

@@ -157,7 +157,8 @@ def _provider_exit(run: LiveRun, exc: ProviderError) -> Exit:
 
 
 def record_reply(run: LiveRun, reply: ChatReply, usage: Usage, grant: Grant) -> None:
-    """Append the reply, emit ``turn``, save; then end the run or leave its calls pending.
+    """Append the reply, emit ``turn``, and end the run or leave its calls pending; saved
+    once (with the exit, if the run ends).
 
     The run ends if the tree spent past a budget (``budget_exceeded``, saying
     by how much, never ``completed``) or if the reply is an answer. A reply cut
@@ -166,14 +167,15 @@ def record_reply(run: LiveRun, reply: ChatReply, usage: Usage, grant: Grant) -> 
     state = run.state
     state.messages.append(unique_call_ids(state, reply.message))
     run.emit("turn", turn=state.turns, **_turn_fields(run, reply, usage))
-    run.checkpoint()
     over = run.overspent()
-    if over is not None:
+    if over is not None:  # finish saves the reply with the exit, in one save
         run.finish(Exit(status=Status.BUDGET_EXCEEDED, reason=overspent_reason(run, *over)))
-    elif reply.finish_reason == "length":
-        _cut_reply(run, reply, grant)
-    elif not reply.tool_calls:
+    elif reply.finish_reason != "length" and not reply.tool_calls:
         run.finish(Exit(status=Status.COMPLETED, reason="answered"))
+    else:
+        run.checkpoint()
+        if reply.finish_reason == "length":
+            _cut_reply(run, reply, grant)
 
 
 def _cut_reply(run: LiveRun, reply: ChatReply, grant: Grant) -> None:

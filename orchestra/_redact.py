@@ -133,10 +133,17 @@ _PLAIN = frozenset({int, float, bool, type(None)})
 
 def redact_data(value: Any) -> Any:
     """``value`` with every string inside it redacted (dicts, lists and tuples walked)."""
+    if type(value) is dict:  # an event's data: walked without a call per number
+        out = {}
+        for key, item in value.items():
+            kind = type(item)
+            plain = kind in _PLAIN
+            out[key] = item if plain else redact(item) if kind is str else redact_data(item)
+        return out
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict):
-        return {k: v if type(v) in _PLAIN else redact_data(v) for k, v in value.items()}
+        return {k: redact_data(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return type(value)(v if type(v) in _PLAIN else redact_data(v) for v in value)
     return value

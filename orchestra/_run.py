@@ -17,7 +17,6 @@ import attrs
 import trio
 
 from ._agent import Agent
-from ._events import Event
 from ._exceptions import LeaseLost
 from ._money import to_usd
 from ._redact import redact
@@ -87,8 +86,8 @@ class Host(Protocol):
         """Learn how the provider counts ``model``'s prompts."""
         ...
 
-    def emit(self, run: LiveRun, event: Event) -> None:
-        """Send an event about ``run``."""
+    def emit(self, run: LiveRun, type_: str, data: dict[str, Any]) -> None:
+        """Record event ``type_`` about ``run`` (``data``: not redacted yet)."""
         ...
 
     def save(self, state: RunState, events: Sequence[dict[str, Any]] = ()) -> None:
@@ -222,19 +221,8 @@ class LiveRun:
     # -- recording -----------------------------------------------------------
 
     def emit(self, type_: str, **data: Any) -> None:
-        """Send one event about this run to the runner's sinks."""
-        s = self.state
-        self.runner.emit(
-            self,
-            Event(
-                type=type_,
-                run_id=s.run_id,
-                root_id=s.root_id,
-                parent_id=s.parent_id,
-                at=self.runner.now(),
-                data=data,
-            ),
-        )
+        """Send one event about this run to the runner's sinks (``data`` is redacted)."""
+        self.runner.emit(self, type_, data)
 
     def request_cancel(self, reason: str) -> None:
         """Cancel this run and its subtree (at once, or as soon as its scope exists)."""

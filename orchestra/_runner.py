@@ -32,12 +32,13 @@ import trio
 from ._agent import Agent
 from ._approval import approve, reject
 from ._cancelled import cancelled_unwrapped
-from ._events import Event, EventSink
+from ._events import Event, EventSink, event_record
 from ._exceptions import LeaseError, LeaseLost, StateError
 from ._execute import execute, load_live, new_state, reopen, result_of, spawn_child
 from ._margin import Calibration, Margin, provider_key
 from ._money import PriceTable
 from ._provider import Provider
+from ._redact import redact_data
 from ._result import RunResult
 from ._retry import RetryPolicy
 from ._run import Ledger, LiveRun
@@ -144,8 +145,27 @@ class Runner:
             provider_key(self.provider), model, ours=ours, theirs=theirs, messages=messages
         )
 
-    def emit(self, run: LiveRun, event: Event) -> None:
-        """Send an event to the sink now, and to the store with the run's next save."""
+    def emit(self, run: LiveRun, type_: str, data: dict[str, Any]) -> None:
+        """Send an event to the sink now, and to the store with the run's next save.
+
+        ``data`` is redacted here, once. With no sink and no tracer no
+        :class:`Event` is made: only the record the store keeps.
+        """
+        s = run.state
+        if self.tracer is None and self.sink is None:
+            record = event_record(
+                type_, s.run_id, s.root_id, s.parent_id, self.now(), redact_data(data)
+            )
+            run.events.append(record)
+            return
+        event = Event(
+            type=type_,
+            run_id=s.run_id,
+            root_id=s.root_id,
+            parent_id=s.parent_id,
+            at=self.now(),
+            data=data,
+        )
         if self.tracer is not None:
             self.tracer(run, event)
         if self.sink is not None:

@@ -197,31 +197,35 @@ async def test_a_failing_server_echoing_the_key_is_retried_then_unavailable_with
     assert_nowhere(key, result, trace, spans, store, capsys)
 
 
+@tool(read_only=True)
+def upstream() -> str:
+    """Calls an upstream service with the same key."""
+    raise PermanentToolError(f"upstream said: invalid api key {PLAIN_KEY}")
+
+
+class Caller:
+    """A provider whose every reply calls ``upstream``."""
+
+    async def complete(self, request: Any) -> Any:
+        from orchestra import ChatReply
+
+        message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c0", "type": "function", "function": {"name": "upstream"}}],
+        }
+        return ChatReply(
+            message=message, finish_reason="tool_calls", prompt_tokens=1, completion_tokens=1
+        )
+
+
+UPSTREAM_AGENT = Agent(name="a", model="m", tools=(upstream,), limits=Limits(max_turns=3))
+
+
 async def test_a_tool_error_quoting_the_key_is_redacted_everywhere(
     tmp_path, capsys, autojump_clock
 ):
     register(PLAIN_KEY)
-
-    @tool(read_only=True)
-    def upstream() -> str:
-        """Calls an upstream service with the same key."""
-        raise PermanentToolError(f"upstream said: invalid api key {PLAIN_KEY}")
-
-    class Caller:
-        async def complete(self, request: Any) -> Any:
-            from orchestra import ChatReply
-
-            message = {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {"id": "c0", "type": "function", "function": {"name": "upstream"}},
-                ],
-            }
-            return ChatReply(
-                message=message, finish_reason="tool_calls", prompt_tokens=1, completion_tokens=1
-            )
-
     spans, store, events = InMemorySpanSink(), MemoryStore(), []
     runner = Runner(
         provider=Caller(),
@@ -229,8 +233,7 @@ async def test_a_tool_error_quoting_the_key_is_redacted_everywhere(
         sink=events.append,
         tracer=OTelTracer(tracer_provider=RecordingTracerProvider(sink=spans)),
     )
-    agent = Agent(name="a", model="m", tools=(upstream,), limits=Limits(max_turns=3))
-    result = await runner.run(agent, "go")
+    result = await runner.run(UPSTREAM_AGENT, "go")
     assert result.status is Status.FAILED
     assert result.state.reason.endswith(f"invalid api key {REDACTED}")
     assert result.state.results == {"c0": f"Error: upstream said: invalid api key {REDACTED}"}
@@ -238,6 +241,24 @@ async def test_a_tool_error_quoting_the_key_is_redacted_everywhere(
     assert_nowhere(
         PLAIN_KEY, result, json.dumps([e.to_dict() for e in events]), spans_json, store, capsys
     )
+
+
+async def test_a_runner_without_sink_or_tracer_stores_the_same_redacted_events(autojump_clock):
+    """With nobody listening no Event is made: the stored records must not differ."""
+    register(PLAIN_KEY)
+    heard, quiet = MemoryStore(), MemoryStore()
+    await Runner(provider=Caller(), store=heard, sink=lambda e: None).run(
+        UPSTREAM_AGENT, "go", run_id="run_same"
+    )
+    await Runner(provider=Caller(), store=quiet).run(UPSTREAM_AGENT, "go", run_id="run_same")
+
+    def timeless(store: MemoryStore) -> list[dict[str, Any]]:
+        return [{k: v for k, v in e.items() if k != "at"} for e in store.events()]
+
+    assert timeless(quiet) == timeless(heard)
+    assert any(e["type"] == "tool_error" for e in quiet.events())
+    assert PLAIN_KEY not in json.dumps(quiet.events())
+    assert REDACTED in json.dumps(quiet.events())
 
 
 def test_event_data_is_redacted_when_the_event_is_made():
