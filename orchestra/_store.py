@@ -47,8 +47,8 @@ class MemoryStore:
     """A store in this process's memory (states are copied through JSON; no leases)."""
 
     def __init__(self) -> None:
-        self._heads: dict[str, bytes] = {}
-        self._transcripts: dict[str, list[bytes]] = {}
+        self._heads: dict[str, str] = {}
+        self._transcripts: dict[str, list[str]] = {}
         self._saved = SavedTranscripts()
         self._events: list[dict[str, Any]] = []
 
@@ -67,7 +67,8 @@ class MemoryStore:
         """Save several states and ``events`` (all or none)."""
         writes = [(state, *self._saved.unsaved(state)) for state in states]
         encoded = [
-            (head_json(s), start, [orjson.dumps(m) for m in new]) for s, start, new in writes
+            (_text(head_json(s)), start, [_text(orjson.dumps(m)) for m in new])
+            for s, start, new in writes
         ]
         for (state, _, _), (head, start, messages) in zip(writes, encoded, strict=True):
             transcript = self._transcripts.setdefault(state.run_id, [])
@@ -106,3 +107,9 @@ class MemoryStore:
             if (run_id is None or e["run_id"] == run_id)
             and (root_id is None or e["root_id"] == root_id)
         ]
+
+
+def _text(json: bytes) -> str:
+    """``json`` as text, sized to fit: orjson's bytes keep its whole 4 KB buffer
+    however short the document, and a store keeps what it is given."""
+    return json.decode()
