@@ -6,13 +6,17 @@ times the pool: with 1,000 runs queued on a 100-connection pool, most of a
 process's CPU goes there and runs time out waiting. Here requests wait in a
 :class:`trio.CapacityLimiter` instead (FIFO, O(1) per waiter), and the
 connections are split into *shards* of :data:`SHARD_CONNECTIONS`, each its own
-httpx transport, created as concurrency needs them: a pool never scans more
-than a shard's few connections, and one request at a time uses one shard.
+pool, created as concurrency needs them: a pool never scans more than a
+shard's few connections, and one request at a time uses one shard.
 
-Requests go straight to the transport (httpx's public transport API): no
-cookie jar, redirects or auth hooks, which an API client does not need and
-which cost a fifth of a request's CPU. Proxies from the environment
-(``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``, ``NO_PROXY``) are honoured.
+Requests go straight to httpcore's connection pool, the transport under
+httpx: no cookie jar, redirects or auth hooks, which an API client does not
+need, and no ``httpx.Request``/``httpx.Response`` built around each request
+(building those cost over a tenth of a request's CPU). httpcore's errors are
+mapped to httpx's of the same name at this boundary, as httpx maps them. When
+the environment names a proxy (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``,
+``NO_PROXY``), or a transport is given (an in-process one in tests), requests
+go through an httpx transport instead.
 
 Cancellation: :meth:`Endpoint.post` is a checkpoint; cancelled while waiting
 for admission it just leaves the queue, cancelled in flight it closes the
@@ -25,15 +29,33 @@ import functools
 import math
 import ssl
 import urllib.request
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
+import attrs
+import httpcore
 import httpx
 import trio
 
-__all__ = ["SHARD_CONNECTIONS", "Endpoint"]
+__all__ = ["SHARD_CONNECTIONS", "Endpoint", "HTTPReply"]
 
 SHARD_CONNECTIONS = 8
 """Connections per shard: the most one pool ever scans."""
+
+
+@attrs.frozen
+class HTTPReply:
+    """A response, its body read: status, headers (names in lower case), body."""
+
+    status_code: int
+    headers: Mapping[str, str]
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        """The body as text (UTF-8, undecodable bytes replaced)."""
+        return self.content.decode("utf-8", errors="replace")
 
 
 class Endpoint:
@@ -57,45 +79,42 @@ class Endpoint:
         self._timeout = httpx.Timeout(timeout).as_dict()
         self._admission = trio.CapacityLimiter(max_connections)
         self._shards: list[_Shard] = []
-        self._urls: dict[str, httpx.URL] = {}
+        self._targets: dict[str, _Target] = {}
         self._max_shards = math.ceil(max_connections / SHARD_CONNECTIONS)
+        self._proxy = proxy_for(base_url)
         if transport is not None:
             self._shards.append(_Shard(transport, size=max_connections))
             self._max_shards = 1
 
-    async def post(self, path: str, content: bytes) -> httpx.Response:
+    async def post(self, path: str, content: bytes) -> HTTPReply:
         """POST ``content`` (JSON) to ``base_url + path``; the response, body read.
 
         Raises:
             httpx.HTTPError: the request failed (connect, timeout, protocol...).
         """
-        request = httpx.Request(
-            "POST",
-            self._url(path),
-            content=content,
-            headers=self._headers,
-            extensions={"timeout": self._timeout},
-        )
+        target = self._target(path)
         async with self._admission:
             shard = self._shard()
             shard.busy += 1
             try:
-                return await shard.send(request)
+                return await shard.send(target, content)
             finally:
                 shard.busy -= 1
 
-    def _url(self, path: str) -> httpx.URL:
-        url = self._urls.get(path)
-        if url is None:  # parsed once: httpx's URL parsing costs more than the rest of a Request
-            url = self._urls[path] = httpx.URL(self.base_url + path)
-        return url
+    def _target(self, path: str) -> _Target:
+        target = self._targets.get(path)
+        if target is None:  # parsed once: httpx's URL parsing costs more than the rest
+            target = self._targets[path] = _Target.of(
+                self.base_url + path, self._headers, self._timeout
+            )
+        return target
 
     def _shard(self) -> _Shard:
         """The least busy shard with room, or a new one (admission guarantees room)."""
         best = min(self._shards, key=_busy, default=None)
         if best is not None and (best.busy < best.size or len(self._shards) >= self._max_shards):
             return best
-        shard = _Shard(_transport(self.base_url), size=SHARD_CONNECTIONS)
+        shard = _Shard(_pool(self._proxy), size=SHARD_CONNECTIONS)
         self._shards.append(shard)
         return shard
 
@@ -108,34 +127,106 @@ class Endpoint:
         """Close every shard's connections."""
         shards, self._shards = self._shards, []
         for shard in shards:
-            await shard.transport.aclose()
+            await shard.pool.aclose()
+
+
+@attrs.frozen
+class _Target:
+    """One URL of the endpoint, parsed once, with the headers every request to it sends."""
+
+    url: httpx.URL
+    core_url: httpcore.URL
+    headers: list[tuple[bytes, bytes]]
+    """Host and the endpoint's headers; each request adds its Content-Length."""
+    extensions: dict[str, Any]
+
+    @classmethod
+    def of(cls, url: str, headers: dict[str, str], timeout: dict[str, Any]) -> _Target:
+        parsed = httpx.URL(url)
+        core_url = httpcore.URL(
+            scheme=parsed.raw_scheme, host=parsed.raw_host, port=parsed.port, target=parsed.raw_path
+        )
+        fixed = [(b"host", parsed.netloc)]
+        fixed += [(k.lower().encode("ascii"), v.encode("latin-1")) for k, v in headers.items()]
+        return cls(parsed, core_url, fixed, {"timeout": timeout})
 
 
 class _Shard:
-    def __init__(self, transport: httpx.AsyncBaseTransport, *, size: int) -> None:
-        self.transport = transport
+    """A pool of a few connections: httpcore's, or an httpx transport's."""
+
+    def __init__(
+        self, pool: httpcore.AsyncConnectionPool | httpx.AsyncBaseTransport, *, size: int
+    ) -> None:
+        self.pool = pool
         self.size = size
         self.busy = 0
 
-    async def send(self, request: httpx.Request) -> httpx.Response:
-        response = await self.transport.handle_async_request(request)
-        response.request = request
+    async def send(self, target: _Target, content: bytes) -> HTTPReply:
+        if isinstance(self.pool, httpcore.AsyncConnectionPool):
+            return await _send_core(self.pool, target, content)
+        return await _send_httpx(self.pool, target, content)
+
+
+async def _send_core(
+    pool: httpcore.AsyncConnectionPool, target: _Target, content: bytes
+) -> HTTPReply:
+    headers = [*target.headers, (b"content-length", str(len(content)).encode("ascii"))]
+    request = httpcore.Request(
+        b"POST", target.core_url, headers=headers, content=content, extensions=target.extensions
+    )
+    try:
+        response = await pool.handle_async_request(request)
         try:
-            await response.aread()
+            body = await response.aread()
         finally:
             await response.aclose()
-        return response
+    except httpcore.UnsupportedProtocol as exc:
+        raise httpx.UnsupportedProtocol(str(exc)) from exc
+    except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
+        mapped = getattr(httpx, type(exc).__name__, httpx.TransportError)
+        raise mapped(str(exc)) from exc
+    names = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in response.headers}
+    if names.get("content-encoding", "identity") != "identity":  # decoded as httpx decodes it
+        body = httpx.Response(response.status, headers=response.headers, content=body).content
+    return HTTPReply(response.status, names, body)
+
+
+async def _send_httpx(
+    transport: httpx.AsyncBaseTransport, target: _Target, content: bytes
+) -> HTTPReply:
+    request = httpx.Request(
+        "POST",
+        target.url,
+        content=content,
+        headers=[(k, v) for k, v in target.headers if k != b"host"],
+        extensions=target.extensions,
+    )
+    response = await transport.handle_async_request(request)
+    response.request = request
+    try:
+        await response.aread()
+    finally:
+        await response.aclose()
+    return HTTPReply(response.status_code, dict(response.headers), response.content)
 
 
 def _busy(shard: _Shard) -> int:
     return shard.busy
 
 
-def _transport(base_url: str) -> httpx.AsyncHTTPTransport:
-    limits = httpx.Limits(
-        max_connections=SHARD_CONNECTIONS, max_keepalive_connections=SHARD_CONNECTIONS
+def _pool(proxy: str | None) -> httpcore.AsyncConnectionPool | httpx.AsyncBaseTransport:
+    """A new shard's pool: httpcore's, or an httpx transport through ``proxy``."""
+    if proxy is not None:
+        limits = httpx.Limits(
+            max_connections=SHARD_CONNECTIONS, max_keepalive_connections=SHARD_CONNECTIONS
+        )
+        return httpx.AsyncHTTPTransport(limits=limits, proxy=proxy, verify=_tls())
+    return httpcore.AsyncConnectionPool(
+        ssl_context=_tls(),
+        max_connections=SHARD_CONNECTIONS,
+        max_keepalive_connections=SHARD_CONNECTIONS,
+        keepalive_expiry=5.0,  # httpx's default
     )
-    return httpx.AsyncHTTPTransport(limits=limits, proxy=proxy_for(base_url), verify=_tls())
 
 
 @functools.cache

@@ -324,14 +324,24 @@ def _until(http_date: str, now: datetime | None) -> float:
     return (when - (now or datetime.now(UTC))).total_seconds()
 
 
-def _error_text(response: httpx.Response) -> str:
+class Body(Protocol):
+    """A response's body, read (an :class:`~orchestra._http.HTTPReply`, an ``httpx.Response``)."""
+
+    @property
+    def content(self) -> bytes: ...
+
+    @property
+    def text(self) -> str: ...
+
+
+def _error_text(response: Body) -> str:
     try:
-        return str(response.json()["error"]["message"])
+        return str(_decoded(response.content)["error"]["message"])
     except (ValueError, KeyError, TypeError, RecursionError):
         return excerpt(response.text, 300)
 
 
-def parse_reply(response: httpx.Response) -> ChatReply:
+def parse_reply(response: Body) -> ChatReply:
     """A chat-completions response body as a :class:`ChatReply`.
 
     Raises:

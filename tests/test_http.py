@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import gzip
+import socket
+from typing import Any
+
 import httpx
 import pytest
 import trio
 import trio.testing
 
-from orchestra import ConfigError, OpenAIProvider
+from orchestra import ConfigError, OpenAIProvider, ProviderHTTPError, RetryPolicy
 from orchestra._http import SHARD_CONNECTIONS, Endpoint, proxy_for
 from orchestra._provider import ChatRequest
 
@@ -95,3 +99,74 @@ def test_proxies_come_from_the_environment(monkeypatch):
     assert proxy_for("https://api.example.com/v1") == "http://proxy:3128"
     assert proxy_for("https://internal.example.com/v1") is None
     assert proxy_for("http://api.example.com/v1") is None  # no HTTP_PROXY
+
+
+# -- httpcore underneath: the request on the wire, decoded replies, mapped errors ------------
+
+
+async def _serve_once(answer: bytes, seen: list[bytes], task_status: Any) -> None:
+    """Accept one connection on loopback, keep its request head, send ``answer``."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[1])
+    stream = await listeners[0].accept()
+    async with stream:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += await stream.receive_some()
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = int(next(v for k, v in _header_lines(head) if k == b"content-length"))
+        while len(body) < length:
+            body += await stream.receive_some()
+        seen.append(head)
+        await stream.send_all(answer)
+    await listeners[0].aclose()
+
+
+def _header_lines(head: bytes) -> list[tuple[bytes, bytes]]:
+    lines = head.split(b"\r\n")[1:]
+    return [(k.strip().lower(), v.strip()) for k, _, v in (line.partition(b":") for line in lines)]
+
+
+async def test_the_request_on_the_wire_and_a_gzip_reply_decoded():
+    body = gzip.compress(b'{"choices": [{"message": {"content": "ok"}}]}')
+    answer = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\n"
+        + f"content-length: {len(body)}\r\nX-Extra: Yes\r\n\r\n".encode()
+        + body
+    )
+    seen: list[bytes] = []
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(_serve_once, answer, seen)
+        endpoint = Endpoint(
+            base_url=f"http://127.0.0.1:{port}/v1",
+            headers={"Authorization": "Bearer k"},
+            timeout=10.0,
+            max_connections=1,
+        )
+        reply = await endpoint.post("/chat/completions", b'{"model": "m"}')
+        await endpoint.aclose()
+    assert seen[0].split(b"\r\n")[0] == b"POST /v1/chat/completions HTTP/1.1"
+    assert dict(_header_lines(seen[0])) == {
+        b"host": f"127.0.0.1:{port}".encode(),
+        b"content-type": b"application/json",
+        b"authorization": b"Bearer k",
+        b"content-length": b"14",
+    }
+    assert reply.status_code == 200
+    assert reply.headers["x-extra"] == "Yes"
+    assert reply.content == b'{"choices": [{"message": {"content": "ok"}}]}'
+
+
+async def test_a_refused_connection_is_httpx_s_connect_error_and_a_transient_provider_error():
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    endpoint = Endpoint(
+        base_url=f"http://127.0.0.1:{port}/v1", headers={}, timeout=5.0, max_connections=1
+    )
+    with pytest.raises(httpx.ConnectError):
+        await endpoint.post("/chat/completions", b"{}")
+    provider = OpenAIProvider(base_url=f"http://127.0.0.1:{port}/v1", api_key="k")
+    with pytest.raises(ProviderHTTPError, match=r"failed: ConnectError\(") as caught:
+        await provider.complete(PLAN)
+    assert RetryPolicy().transient(caught.value)
