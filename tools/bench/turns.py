@@ -18,7 +18,9 @@ from typing import Any
 from . import common
 from .common import row
 
-FULL = {"runs": 100, "repeats": 7, "warmup": 10}
+FULL = {"runs": 20, "repeats": 35, "warmup": 10}
+"""Many short samples: a pair (Orchestra, bare) a few dozen ms apart shares the machine's
+drift, so the median of the pairs' ratios holds on a shared VM whose speed wanders."""
 QUICK = {"runs": 5, "repeats": 2, "warmup": 2}
 TURNS_PER_RUN = 3
 
