@@ -134,6 +134,9 @@ class Tool:
     """For a tool made by :meth:`Agent.as_tool`: the agent each call runs as a
     child (so a worker of another process can find it by name)."""
     _validator: jsonschema.Draft202012Validator = attrs.field(init=False, repr=False, eq=False)
+    _surely_valid: Callable[[dict[str, Any]], bool] | None = attrs.field(
+        init=False, repr=False, eq=False
+    )
 
     def __attrs_post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", self.name):
@@ -149,6 +152,7 @@ class Tool:
             ) from exc
         validator = jsonschema.Draft202012Validator(dict(self.parameters))
         object.__setattr__(self, "_validator", validator)
+        object.__setattr__(self, "_surely_valid", plain_object_check(self.parameters))
 
     def spec(self) -> dict[str, Any]:
         """The tool as declared in a chat-completions request."""
@@ -170,6 +174,8 @@ class Tool:
         args = _decode_arguments(raw or "{}")
         if not isinstance(args, dict):
             raise ToolInputError("arguments must be a JSON object")
+        if self._surely_valid is not None and self._surely_valid(args):
+            return args
         try:
             errors = sorted(self._validator.iter_errors(args), key=lambda e: list(e.path))
         except RecursionError:
@@ -287,6 +293,59 @@ def bound_result(text: str, limit: int) -> str:
     head = utf8_prefix(data, limit - NOTE_BYTES)
     note = f"[truncated: the result was {len(data):,} bytes; showing the first {len(head):,} bytes]"
     return f"{head.decode('utf-8', errors='surrogatepass')}\n{note}"
+
+
+_PLAIN_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+}
+"""JSON Schema types a plain check knows, and the Python types that surely are one
+(``type(x) in ...``: a bool is not an integer here, though Python says it is)."""
+_PLAIN_KEYWORDS = frozenset({"type", "description", "title", "default", "examples"})
+"""Keywords a plain property may have: its type, and annotations that never fail a value."""
+
+
+def plain_object_check(schema: Mapping[str, Any]) -> Callable[[dict[str, Any]], bool] | None:
+    """A quick check for a *plain* object schema, or None if ``schema`` is not one.
+
+    Plain: ``type: object``, ``properties`` each of one scalar type (string,
+    integer, number, boolean; annotations such as a description or default
+    allowed), ``required``, ``additionalProperties`` true, false or absent,
+    nothing else. What most tools declare, and what :func:`schema_from_function`
+    derives from scalar parameters. The check is at most as lenient as jsonschema: True means
+    valid; False means "ask jsonschema" (which also words the errors).
+    """
+    keys = set(schema) - {"description", "title"}
+    properties, required = schema.get("properties", {}), schema.get("required", [])
+    if schema.get("type") != "object" or not keys <= {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+    }:
+        return None
+    if schema.get("additionalProperties", True) not in (True, False):
+        return None
+    if not isinstance(properties, Mapping) or not isinstance(required, list):
+        return None
+    types: dict[str, tuple[type, ...]] = {}
+    for name, sub in properties.items():
+        if not isinstance(sub, Mapping) or not set(sub) <= _PLAIN_KEYWORDS:
+            return None
+        if sub.get("type") not in _PLAIN_TYPES:
+            return None
+        types[name] = _PLAIN_TYPES[sub["type"]]
+    closed = schema.get("additionalProperties", True) is False
+    needed = frozenset(required)
+
+    def surely_valid(args: dict[str, Any]) -> bool:
+        if not needed <= args.keys() or (closed and not args.keys() <= types.keys()):
+            return False
+        return all(type(v) in types.get(k, (type(v),)) for k, v in args.items())
+
+    return surely_valid
 
 
 def _describe(error: jsonschema.ValidationError) -> str:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Any, Literal
 
+import jsonschema
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from orchestra import ConfigError, Tool, ToolContext, ToolPolicy, tool
-from orchestra._tools import NOTE_BYTES, ToolInputError, bound_result
+from orchestra._tools import NOTE_BYTES, ToolInputError, bound_result, plain_object_check
 
 DEEP = "[" * 100_000 + "]" * 100_000
 
@@ -187,3 +188,72 @@ def test_policy_result_bound():
     for bad in (1023, 0, -5, True, "4096", 4096.0):
         with pytest.raises(ConfigError, match="max_result_bytes"):
             ToolPolicy(max_result_bytes=bad)
+
+
+# -- the plain-schema fast path: never more lenient than jsonschema --------------------------
+
+SCALAR_TYPES = st.sampled_from(["string", "integer", "number", "boolean"])
+NAMES = st.sampled_from(["a", "b", "path", "n"])
+VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.text(max_size=5),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@st.composite
+def plain_schemas(draw: Any) -> dict[str, Any]:
+    props = draw(st.dictionaries(NAMES, SCALAR_TYPES, max_size=4))
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {k: {"type": t, "description": "x"} for k, t in props.items()},
+        "required": draw(st.lists(st.sampled_from(sorted(props)), unique=True)) if props else [],
+    }
+    extra = draw(st.sampled_from([None, True, False]))
+    if extra is not None:
+        schema["additionalProperties"] = extra
+    return schema
+
+
+@given(plain_schemas(), st.dictionaries(NAMES, VALUES, max_size=4))
+def test_the_plain_check_passes_only_what_jsonschema_passes(schema, args):
+    check = plain_object_check(schema)
+    assert check is not None
+    valid = jsonschema.Draft202012Validator(schema).is_valid(args)
+    if check(args):
+        assert valid
+    elif valid:  # stricter only where Python and JSON Schema disagree on a number
+        assert any(isinstance(v, float) and v.is_integer() for v in args.values())
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}},
+        {"type": "object", "properties": {"k": {"enum": ["a", "b"]}}},
+        {"type": "object", "properties": {"xs": {"type": "array"}}},
+        {"type": "object", "properties": {}, "additionalProperties": {"type": "string"}},
+        {"type": "object", "minProperties": 1},
+        {"anyOf": [{"type": "object"}]},
+    ],
+)
+def test_a_schema_with_anything_more_than_plain_types_gets_no_plain_check(schema):
+    assert plain_object_check(schema) is None
+
+
+def test_a_derived_scalar_schema_takes_the_plain_path_and_errors_still_come_from_jsonschema():
+    @tool(read_only=True)
+    def read(path: str, limit: int = 10) -> str:
+        """Reads."""
+        return path
+
+    assert plain_object_check(read.parameters) is not None
+    assert read.parse_arguments('{"path": "x", "limit": 3}') == {"path": "x", "limit": 3}
+    assert read.parse_arguments('{"path": "x", "limit": 3.0}') == {"path": "x", "limit": 3.0}
+    with pytest.raises(ToolInputError, match="'path' is a required property"):
+        read.parse_arguments('{"limit": 3}')
+    with pytest.raises(ToolInputError, match="True is not of type 'integer'"):
+        read.parse_arguments('{"path": "x", "limit": true}')
