@@ -250,7 +250,7 @@ def _announce(run: LiveRun) -> None:
         agent=run.state.agent,
         model=run.state.model,
         resumed=run.state.turns > 0,
-        limits=attrs.asdict(run.state.limits),
+        limits=run.state.limits.to_dict(),
     )
     _warn_about_price(run)
     run.checkpoint()

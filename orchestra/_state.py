@@ -130,6 +130,17 @@ class Usage:
     tool_runs: int = 0
     child_runs: int = 0
 
+    def to_dict(self) -> dict[str, int]:
+        """The fields as a dict (what ``attrs.asdict`` gives, built without its walk)."""
+        return {
+            "model_calls": self.model_calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cost_pico": self.cost_pico,
+            "tool_runs": self.tool_runs,
+            "child_runs": self.child_runs,
+        }
+
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             model_calls=self.model_calls + other.model_calls,
@@ -181,6 +192,16 @@ class Limits:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ConfigError(f"Limits.{name} must be >= 0, got {value}")
+
+    def to_dict(self) -> dict[str, float | None]:
+        """The fields as a dict (what ``attrs.asdict`` gives, built without its walk)."""
+        return {
+            "max_turns": self.max_turns,
+            "max_budget_usd": self.max_budget_usd,
+            "timeout_s": self.timeout_s,
+            "deadline": self.deadline,
+            "max_tokens_total": self.max_tokens_total,
+        }
 
     @property
     def budget_pico(self) -> int | None:

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
 import orjson
 
 from ._exceptions import StateError
 from ._redact import redact
 from ._serde import state_from_dict
-from ._state import Interruption, LimitRaise, Limits, RunState, Usage
+from ._state import Interruption, LimitRaise, RunState
 
 __all__ = ["SavedTranscripts", "head_json", "joined", "store_rows"]
 
@@ -50,10 +49,10 @@ def head_json(state: RunState) -> bytes:
             "reason": redact(s.reason),
             "error": None if s.error is None else redact(s.error),
             "interruption": _interruption(s.interruption),
-            "limits": _fields(s.limits, _LIMITS),
+            "limits": s.limits.to_dict(),
             "limit_raises": [_raise(r) for r in s.limit_raises],
-            "own": _fields(s.own, _USAGE),
-            "tree": _fields(s.tree, _USAGE),
+            "own": s.own.to_dict(),
+            "tree": s.tree.to_dict(),
             "approvals": [{"call_id": a.call_id, "arguments": a.arguments} for a in s.approvals],
             "rejections": s.rejections,
             "results": s.results,
@@ -68,14 +67,6 @@ def head_json(state: RunState) -> bytes:
     )
 
 
-_LIMITS = tuple(f.name for f in attrs.fields(Limits))
-_USAGE = tuple(f.name for f in attrs.fields(Usage))
-
-
-def _fields(value: Any, names: tuple[str, ...]) -> dict[str, Any]:
-    return {name: getattr(value, name) for name in names}
-
-
 def _interruption(value: Interruption | None) -> dict[str, Any] | None:
     if value is None:
         return None
@@ -85,8 +76,8 @@ def _interruption(value: Interruption | None) -> dict[str, Any] | None:
 def _raise(value: LimitRaise) -> dict[str, Any]:
     return {
         "at": value.at,
-        "before": _fields(value.before, _LIMITS),
-        "after": _fields(value.after, _LIMITS),
+        "before": value.before.to_dict(),
+        "after": value.after.to_dict(),
         "note": value.note,
     }
 

@@ -123,3 +123,14 @@ def test_the_saved_head_is_the_state_without_its_transcript(
     expected.pop("messages")
     assert orjson.loads(head_json(state)) == expected
     assert joined(head_json(state), state.messages) == state_from_json(state_to_json(state))
+
+
+def test_limits_and_usage_to_dict_name_every_field():
+    import attrs
+
+    from orchestra import Limits, Usage
+
+    limits = Limits(max_turns=3, max_budget_usd=0.5, timeout_s=9.0, max_tokens_total=7)
+    usage = Usage(model_calls=1, prompt_tokens=2, completion_tokens=3, cost_pico=4, tool_runs=5)
+    assert limits.to_dict() == attrs.asdict(limits)
+    assert usage.to_dict() == attrs.asdict(usage)
