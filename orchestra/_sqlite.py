@@ -231,12 +231,14 @@ class SQLiteStore:
             if owner is not None:
                 for root_id in {state.root_id for state in states}:
                     _check_fence(conn, root_id, owner)
-            for run_row, start, message_rows in writes:
-                conn.execute(_UPSERT_RUN, run_row)
-                if start == 0:  # a whole transcript replaces whatever is stored
-                    conn.execute(_DROP_MESSAGES_FROM, (run_row[0], 0))
-                if message_rows:
-                    conn.executemany(_INSERT_MESSAGE, message_rows)
+            conn.executemany(_UPSERT_RUN, [run_row for run_row, _, _ in writes])
+            # a whole transcript replaces whatever is stored (dropped before any insert)
+            wholes = [(run_row[0], 0) for run_row, start, _ in writes if start == 0]
+            if wholes:
+                conn.executemany(_DROP_MESSAGES_FROM, wholes)
+            message_rows = [row for _, _, rows in writes for row in rows]
+            if message_rows:
+                conn.executemany(_INSERT_MESSAGE, message_rows)
             if event_rows:
                 conn.executemany(_INSERT_EVENT, event_rows)
         for state in states:
