@@ -40,7 +40,7 @@ import orjson
 
 from ._exceptions import ConfigError, LeaseError, LeaseLost, RunNotFound, StateError, StoreError
 from ._state import RunState
-from ._transcripts import SavedTranscripts, joined, store_rows
+from ._transcripts import SavedTranscripts, joined, message_json, store_rows
 
 __all__ = ["BUSY_TIMEOUT_S", "STORE_SCHEMA_VERSION", "SQLiteStore", "default_store_path"]
 
@@ -551,7 +551,7 @@ def _migrate_from_1(conn: sqlite3.Connection) -> None:
         )
         conn.executemany(
             _INSERT_MESSAGE,
-            [(run_id, i, orjson.dumps(m).decode()) for i, m in enumerate(messages)],
+            [(run_id, i, message_json(m)) for i, m in enumerate(messages)],
         )
     conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (STORE_SCHEMA_VERSION,))
 

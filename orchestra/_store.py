@@ -15,7 +15,7 @@ import orjson
 
 from ._exceptions import RunNotFound
 from ._state import RunState
-from ._transcripts import SavedTranscripts, head_json, joined
+from ._transcripts import SavedTranscripts, head_json, joined, message_json
 
 __all__ = ["MemoryStore", "Store"]
 
@@ -67,8 +67,7 @@ class MemoryStore:
         """Save several states and ``events`` (all or none)."""
         writes = [(state, *self._saved.unsaved(state)) for state in states]
         encoded = [
-            (_text(head_json(s)), start, [_text(orjson.dumps(m)) for m in new])
-            for s, start, new in writes
+            (head_json(s), start, [message_json(m) for m in new]) for s, start, new in writes
         ]
         for (state, _, _), (head, start, messages) in zip(writes, encoded, strict=True):
             transcript = self._transcripts.setdefault(state.run_id, [])
@@ -107,9 +106,3 @@ class MemoryStore:
             if (run_id is None or e["run_id"] == run_id)
             and (root_id is None or e["root_id"] == root_id)
         ]
-
-
-def _text(json: bytes) -> str:
-    """``json`` as text, sized to fit: orjson's bytes keep its whole 4 KB buffer
-    however short the document, and a store keeps what it is given."""
-    return json.decode()

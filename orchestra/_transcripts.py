@@ -24,11 +24,11 @@ from ._redact import redact
 from ._serde import state_from_dict
 from ._state import Interruption, LimitRaise, RunState
 
-__all__ = ["SavedTranscripts", "head_json", "joined", "store_rows"]
+__all__ = ["SavedTranscripts", "head_json", "joined", "message_json", "store_rows"]
 
 
-def head_json(state: RunState) -> bytes:
-    """The state without its transcript, as JSON (see :func:`joined`).
+def head_json(state: RunState) -> str:
+    """The state without its transcript, as JSON text (see :func:`joined`).
 
     The same document as :func:`~orchestra._serde.state_to_dict` minus
     ``messages`` (a test holds them equal), built by hand: it is written at
@@ -36,35 +36,45 @@ def head_json(state: RunState) -> bytes:
     where the converter would copy each one first.
     """
     s = state
-    return orjson.dumps(
-        {
-            "run_id": s.run_id,
-            "root_id": s.root_id,
-            "agent": s.agent,
-            "model": s.model,
-            "parent_id": s.parent_id,
-            "parent_call_id": s.parent_call_id,
-            "schema_version": s.schema_version,
-            "status": s.status.value,
-            "reason": redact(s.reason),
-            "error": None if s.error is None else redact(s.error),
-            "interruption": _interruption(s.interruption),
-            "limits": s.limits.to_dict(),
-            "limit_raises": [_raise(r) for r in s.limit_raises],
-            "own": s.own.to_dict(),
-            "tree": s.tree.to_dict(),
-            "approvals": [{"call_id": a.call_id, "arguments": a.arguments} for a in s.approvals],
-            "rejections": s.rejections,
-            "results": s.results,
-            "started": s.started,
-            "children": s.children,
-            "elapsed_s": s.elapsed_s,
-            "created_at": s.created_at,
-            "updated_at": s.updated_at,
-            "trace_context": s.trace_context,
-            "metadata": s.metadata,
-        }
-    )
+    document = {
+        "run_id": s.run_id,
+        "root_id": s.root_id,
+        "agent": s.agent,
+        "model": s.model,
+        "parent_id": s.parent_id,
+        "parent_call_id": s.parent_call_id,
+        "schema_version": s.schema_version,
+        "status": s.status.value,
+        "reason": redact(s.reason),
+        "error": None if s.error is None else redact(s.error),
+        "interruption": _interruption(s.interruption),
+        "limits": s.limits.to_dict(),
+        "limit_raises": [_raise(r) for r in s.limit_raises],
+        "own": s.own.to_dict(),
+        "tree": s.tree.to_dict(),
+        "approvals": [{"call_id": a.call_id, "arguments": a.arguments} for a in s.approvals],
+        "rejections": s.rejections,
+        "results": s.results,
+        "started": s.started,
+        "children": s.children,
+        "elapsed_s": s.elapsed_s,
+        "created_at": s.created_at,
+        "updated_at": s.updated_at,
+        "trace_context": s.trace_context,
+        "metadata": s.metadata,
+    }
+    return _text(orjson.dumps(document))
+
+
+def message_json(message: dict[str, Any]) -> str:
+    """One transcript message as JSON text."""
+    return _text(orjson.dumps(message))
+
+
+def _text(json: bytes) -> str:
+    """``json`` as text, sized to fit: orjson's bytes keep its whole 4 KB buffer
+    however short the document, and a store keeps what it is given."""
+    return json.decode()
 
 
 def _interruption(value: Interruption | None) -> dict[str, Any] | None:
@@ -145,10 +155,8 @@ def store_rows(saved: SavedTranscripts, state: RunState) -> tuple[RunRow, int, l
     """
     start, unsaved = saved.unsaved(state)
     try:
-        head = head_json(state).decode()
-        messages = [
-            (state.run_id, start + i, orjson.dumps(m).decode()) for i, m in enumerate(unsaved)
-        ]
+        head = head_json(state)
+        messages = [(state.run_id, start + i, message_json(m)) for i, m in enumerate(unsaved)]
     except (TypeError, orjson.JSONEncodeError) as exc:
         raise StateError(f"run {state.run_id!r} cannot be stored as JSON: {exc}") from exc
     row = (

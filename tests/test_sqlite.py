@@ -267,7 +267,7 @@ def test_save_failing_to_serialise_keeps_previous_state(
 ) -> None:
     store.save(make_state(content="old"))
 
-    def boom(state: RunState) -> bytes:
+    def boom(state: RunState) -> str:
         raise StateError("cannot serialise")
 
     monkeypatch.setattr(_transcripts, "head_json", boom)

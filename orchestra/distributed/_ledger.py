@@ -312,7 +312,7 @@ def _write(conn: Any, run_id: str, numbers: _Numbers) -> None:
 
 
 def _usage_json(usage: Usage) -> str:
-    return orjson.dumps(attrs.asdict(usage)).decode()
+    return orjson.dumps(usage.to_dict()).decode()
 
 
 def _usage(text: str) -> Usage:

@@ -794,7 +794,7 @@ def _one(cursor: psycopg.Cursor[TupleRow]) -> TupleRow:
 def _head(state: RunState) -> str:
     """The state without its transcript, as JSON text; :class:`StateError` if it is not JSON."""
     try:
-        return head_json(state).decode()
+        return head_json(state)
     except (TypeError, orjson.JSONEncodeError) as exc:
         raise StateError(f"run {state.run_id!r} cannot be stored as JSON: {exc}") from exc
 
