@@ -136,8 +136,10 @@ class _Target:
 
     url: httpx.URL
     core_url: httpcore.URL
+    host: bytes
+    """The Host header's value (httpx adds it itself)."""
     headers: list[tuple[bytes, bytes]]
-    """Host and the endpoint's headers; each request adds its Content-Length."""
+    """The endpoint's headers; each request adds its Content-Length."""
     extensions: dict[str, Any]
 
     @classmethod
@@ -146,9 +148,8 @@ class _Target:
         core_url = httpcore.URL(
             scheme=parsed.raw_scheme, host=parsed.raw_host, port=parsed.port, target=parsed.raw_path
         )
-        fixed = [(b"host", parsed.netloc)]
-        fixed += [(k.lower().encode("ascii"), v.encode("latin-1")) for k, v in headers.items()]
-        return cls(parsed, core_url, fixed, {"timeout": timeout})
+        fixed = [(k.lower().encode("ascii"), v.encode("latin-1")) for k, v in headers.items()]
+        return cls(parsed, core_url, parsed.netloc, fixed, {"timeout": timeout})
 
 
 class _Shard:
@@ -170,7 +171,8 @@ class _Shard:
 async def _send_core(
     pool: httpcore.AsyncConnectionPool, target: _Target, content: bytes
 ) -> HTTPReply:
-    headers = [*target.headers, (b"content-length", str(len(content)).encode("ascii"))]
+    length = (b"content-length", str(len(content)).encode("ascii"))
+    headers = [(b"host", target.host), *target.headers, length]
     request = httpcore.Request(
         b"POST", target.core_url, headers=headers, content=content, extensions=target.extensions
     )
@@ -198,7 +200,7 @@ async def _send_httpx(
         "POST",
         target.url,
         content=content,
-        headers=[(k, v) for k, v in target.headers if k != b"host"],
+        headers=target.headers,
         extensions=target.extensions,
     )
     response = await transport.handle_async_request(request)
