@@ -305,6 +305,10 @@ _PLAIN_TYPES: dict[str, tuple[type, ...]] = {
 (``type(x) in ...``: a bool is not an integer here, though Python says it is)."""
 _PLAIN_KEYWORDS = frozenset({"type", "description", "title", "default", "examples"})
 """Keywords a plain property may have: its type, and annotations that never fail a value."""
+_PLAIN_OBJECT_KEYWORDS = frozenset(
+    {"type", "description", "title", "properties", "required", "additionalProperties"}
+)
+"""Keywords a plain object schema may have."""
 
 
 def plain_object_check(schema: Mapping[str, Any]) -> Callable[[dict[str, Any]], bool] | None:
@@ -314,34 +318,31 @@ def plain_object_check(schema: Mapping[str, Any]) -> Callable[[dict[str, Any]], 
     integer, number, boolean; annotations such as a description or default
     allowed), ``required``, ``additionalProperties`` true, false or absent,
     nothing else. What most tools declare, and what :func:`schema_from_function`
-    derives from scalar parameters. The check is at most as lenient as jsonschema: True means
-    valid; False means "ask jsonschema" (which also words the errors).
+    derives from scalar parameters. The check is at most as lenient as
+    jsonschema: True means valid; False means "ask jsonschema" (which also
+    words the errors).
     """
-    keys = set(schema) - {"description", "title"}
     properties, required = schema.get("properties", {}), schema.get("required", [])
-    if schema.get("type") != "object" or not keys <= {
-        "type",
-        "properties",
-        "required",
-        "additionalProperties",
-    }:
-        return None
-    if schema.get("additionalProperties", True) not in (True, False):
-        return None
-    if not isinstance(properties, Mapping) or not isinstance(required, list):
+    extra = schema.get("additionalProperties", True)
+    if (
+        schema.get("type") != "object"
+        or not set(schema) <= _PLAIN_OBJECT_KEYWORDS
+        or type(extra) is not bool
+        or not isinstance(properties, Mapping)
+        or not isinstance(required, list)
+    ):
         return None
     types: dict[str, tuple[type, ...]] = {}
     for name, sub in properties.items():
         if not isinstance(sub, Mapping) or not set(sub) <= _PLAIN_KEYWORDS:
             return None
-        if sub.get("type") not in _PLAIN_TYPES:
+        if (kinds := _PLAIN_TYPES.get(str(sub.get("type")))) is None:
             return None
-        types[name] = _PLAIN_TYPES[sub["type"]]
-    closed = schema.get("additionalProperties", True) is False
+        types[name] = kinds
     needed = frozenset(required)
 
     def surely_valid(args: dict[str, Any]) -> bool:
-        if not needed <= args.keys() or (closed and not args.keys() <= types.keys()):
+        if not needed <= args.keys() or (not extra and not args.keys() <= types.keys()):
             return False
         return all(type(v) in types.get(k, (type(v),)) for k, v in args.items())
 
