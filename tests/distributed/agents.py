@@ -49,14 +49,7 @@ def journal_tree() -> Agent:
         tools=(scan_archive,),
         limits=Limits(max_turns=4, max_budget_usd=0.01),
     )
-    return Agent(
-        name="assistant",
-        model="slow_tree",
-        instructions="You are an operations assistant.",
-        tools=(researcher.as_tool(name="research"),),
-        limits=Limits(max_turns=40, max_budget_usd=0.2),
-        max_tokens=4096,
-    )
+    return _slow_tree_parent(researcher, Limits(max_turns=40, max_budget_usd=0.2))
 
 
 def scan_tree() -> Agent:
@@ -80,11 +73,16 @@ def approval_tree() -> Agent:
         tools=catalog(SANDBOX),
         limits=Limits(max_turns=6, max_budget_usd=0.01),
     )
+    return _slow_tree_parent(cleaner, Limits(max_turns=20, max_budget_usd=0.1))
+
+
+def _slow_tree_parent(child: Agent, limits: Limits) -> Agent:
+    """The ``slow_tree`` parent that runs ``child`` as its ``research`` tool."""
     return Agent(
         name="assistant",
         model="slow_tree",
         instructions="You are an operations assistant.",
-        tools=(cleaner.as_tool(name="research"),),
-        limits=Limits(max_turns=20, max_budget_usd=0.1),
+        tools=(child.as_tool(name="research"),),
+        limits=limits,
         max_tokens=4096,
     )

@@ -57,6 +57,30 @@ def _children(cluster: Cluster, root_id: str) -> list:
     return [s for s in cluster.store.tree(root_id) if s.parent_id is not None]
 
 
+JOURNAL_TREE = "tests.distributed.agents:journal_tree"
+
+
+def _six_children_writing(cluster: Cluster) -> str:
+    """Submit the journal tree with six children; its root id once each child is
+    inside its 3 s write (its first model call made)."""
+    agent = agent_of_reference(JOURNAL_TREE)
+    task = "Scan the archives, children=6."
+    root = submit(cluster, agent, task, metadata={AGENTS_KEY: JOURNAL_TREE})
+
+    def writing() -> bool:
+        kids = _children(cluster, root)
+        return len(kids) == 6 and all(k.turns == 1 for k in kids)
+
+    wait_until(writing, TREE_S, "six children inside their 3 s writes")
+    return root
+
+
+def _assert_each_write_once(journal: Path) -> None:
+    """Six writes journaled, each under its own idempotency key."""
+    lines = journal.read_text().split()
+    assert len(lines) == 6 and len(set(lines)) == 6, lines
+
+
 def test_research_tree_spreads_over_workers_within_its_budgets(
     pg_url: str, tmp_path: Path, sandbox: Path, env: dict[str, str]
 ) -> None:
@@ -130,18 +154,8 @@ def test_one_cancel_stops_a_three_worker_tree_within_200_ms(
 def test_a_stopped_workers_runs_complete_elsewhere_with_each_write_once(
     pg_url: str, tmp_path: Path, env: dict[str, str], how: signal.Signals
 ) -> None:
-    reference = "tests.distributed.agents:journal_tree"
-    agent = agent_of_reference(reference)
     with workers(pg_url, tmp_path, 3, env) as pool, Cluster(pg_url) as cluster:
-        root = submit(
-            cluster, agent, "Scan the archives, children=6.", metadata={AGENTS_KEY: reference}
-        )
-
-        def writing() -> bool:
-            kids = _children(cluster, root)
-            return len(kids) == 6 and all(k.turns == 1 for k in kids)
-
-        wait_until(writing, TREE_S, "six children inside their 3 s writes")
+        root = _six_children_writing(cluster)
         time.sleep(1.0)
         ran_on = executors(cluster, root)
         victim = Counter(ran_on[k.run_id] for k in _children(cluster, root)).most_common(1)[0][0]
@@ -154,8 +168,7 @@ def test_a_stopped_workers_runs_complete_elsewhere_with_each_write_once(
         spend = ledger_rows(cluster, root)
     assert {s.status for s in states} == {Status.COMPLETED}, [(s.run_id, s.reason) for s in states]
     assert killed and all(after[r] != victim for r in killed), (victim, after)
-    lines = (tmp_path / "journal").read_text().split()
-    assert len(lines) == 6 and len(set(lines)) == 6, lines
+    _assert_each_write_once(tmp_path / "journal")
     calls = Counter((row["run_id"], row["turn"]) for row in spend)
     assert max(calls.values()) == 1, calls
     assert not any(row["lost"] for row in spend)
@@ -226,18 +239,8 @@ def test_a_database_restart_mid_tree_loses_nothing(
     state = pg_server[1]
     if state is None:
         pytest.skip("the server was given by URL alone: set ORCHESTRA_PG_STATE to restart it")
-    reference = "tests.distributed.agents:journal_tree"
-    agent = agent_of_reference(reference)
     with workers(pg_url, tmp_path, 3, env) as pool, Cluster(pg_url) as cluster:
-        root = submit(
-            cluster, agent, "Scan the archives, children=6.", metadata={AGENTS_KEY: reference}
-        )
-
-        def writing() -> bool:
-            kids = _children(cluster, root)
-            return len(kids) == 6 and all(k.turns == 1 for k in kids)
-
-        wait_until(writing, TREE_S, "six children inside their 3 s writes")
+        root = _six_children_writing(cluster)
         for command in ("stop", "start"):  # every connection drops; the port stays
             done = postgres_tool(command, "--dir", state)
             assert done.returncode == 0, done.stderr
@@ -247,8 +250,7 @@ def test_a_database_restart_mid_tree_loses_nothing(
         alive = {name: proc.poll() for name, proc in pool.procs.items()}
     assert {s.status for s in states} == {Status.COMPLETED}, [(s.run_id, s.reason) for s in states]
     assert alive == {"w1": None, "w2": None, "w3": None}, alive
-    lines = (tmp_path / "journal").read_text().split()
-    assert len(lines) == 6 and len(set(lines)) == 6, lines
+    _assert_each_write_once(tmp_path / "journal")
     top = next(s for s in states if s.run_id == root)
     assert top.tree.cost_pico == spent
 
