@@ -207,7 +207,10 @@ async def dispatch(run: LiveRun, calls: list[dict[str, Any]]) -> None:
     """
     ready = _decide_first(run, calls)
     free = [c for c in ready if c.tool.read_only and gate(run, c) is None]
-    await _run_concurrently(run, free)
+    if len(free) == 1:  # no nursery (a frame less under every leaf of a tree)
+        await run_call(run, free[0])
+    elif free:
+        await _run_concurrently(run, free)
     for call in (c for c in ready if c not in free):
         if run.state.status is not Status.RUNNING or not await _run_gated(run, call):
             return
@@ -251,9 +254,6 @@ def _decided(run: LiveRun, tool: str, call_id: str, text: str, *, save: bool = T
 
 
 async def _run_concurrently(run: LiveRun, calls: list[Call]) -> None:
-    if len(calls) == 1:
-        await run_call(run, calls[0])
-        return
     async with trio.open_nursery() as nursery:
         for call in calls:
             nursery.start_soon(run_call, run, call)

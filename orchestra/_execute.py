@@ -10,6 +10,9 @@ can tear it.
 
 from __future__ import annotations
 
+import functools
+import math
+import sys
 import traceback
 import uuid
 from collections.abc import Callable
@@ -217,7 +220,10 @@ async def execute(run: LiveRun, *, one_step: bool = False, announce: bool = True
     Cancellation: if an enclosing scope is cancelled, the run records
     ``interrupted`` (or ``deadline_exceeded``) and saves before ``Cancelled``
     propagates; if its own scope is cancelled (its deadline, or a cancel aimed
-    at it), it records the same and returns normally.
+    at it), it records the same and returns normally. Either way the exit is
+    recorded while ``Cancelled`` is still on its way out of the run's scope:
+    the root of a cancelled tree saves the tree before its scope lets go of
+    the exceptions (and frames) of all its runs.
     """
     run.deadline = trio_deadline(run)
     if announce:
@@ -229,8 +235,12 @@ async def execute(run: LiveRun, *, one_step: bool = False, announce: bool = True
         with trio.CancelScope(deadline=run.deadline) as run.scope:
             if run.cancel_reason is not None:  # cancelled before it started
                 run.scope.cancel()
-            await (step(run) if one_step else drive(run))
-            paused = True
+            try:
+                await (step(run) if one_step else drive(run))
+                paused = True
+            finally:
+                if not paused and _stopped_by_cancel(run):
+                    run.finish(stopped_exit(run))
     except Exception as exc:  # a bug or a broken dependency: the run fails, as data
         run.finish(_internal_error(exc))
     finally:
@@ -241,6 +251,22 @@ async def execute(run: LiveRun, *, one_step: bool = False, announce: bool = True
                 run.checkpoint()
             else:
                 run.finish(stopped_exit(run))
+
+
+def _stopped_by_cancel(run: LiveRun) -> bool:
+    """Whether ``run``, still running, is being stopped by a cancel (its scope's or
+    an enclosing one's: a cancel, or a deadline reached) and by nothing else.
+
+    Called in a ``finally``: the exception on its way out is ``sys.exception()``.
+    """
+    if run.state.status is not Status.RUNNING:
+        return False
+    if trio.current_effective_deadline() != -math.inf:
+        return False
+    exc = sys.exception()
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(trio.Cancelled)[1] is None
+    return isinstance(exc, trio.Cancelled)
 
 
 def _announce(run: LiveRun) -> None:
@@ -287,6 +313,9 @@ def _own_deadline(run: LiveRun) -> float:
     return run.deadline if run.deadline < parent else float("nan")
 
 
+@functools.lru_cache(maxsize=64)
 def _cancelled(reason: str) -> Exit:
+    """The exit of a cancelled run (one value per reason: every run of a
+    cancelled tree ends with the same)."""
     interruption = Interruption(kind=InterruptionKind.CANCELLED, reason=reason)
     return Exit(status=Status.INTERRUPTED, reason=reason, interruption=interruption)

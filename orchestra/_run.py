@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import attrs
@@ -106,10 +106,10 @@ class Host(Protocol):
         """Forget ``run`` once it stopped."""
         ...
 
-    async def spawn_child(
+    def spawn_child(
         self, parent: LiveRun, call_id: str, agent: Agent, task: str, *, limits: Any = None
-    ) -> str:
-        """Run a child of ``parent`` for call ``call_id``; its answer as text."""
+    ) -> Awaitable[str]:
+        """Run a child of ``parent`` for call ``call_id``; its answer as text (awaited)."""
         ...
 
 

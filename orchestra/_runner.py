@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import attrs
@@ -42,7 +42,7 @@ from ._redact import redact_data
 from ._result import RunResult
 from ._retry import RetryPolicy
 from ._run import Ledger, LiveRun
-from ._state import Interruption, Limits, RunState
+from ._state import Interruption, Limits, RunState, Status
 from ._store import MemoryStore, Store
 
 __all__ = ["RunHandle", "Runner"]
@@ -185,6 +185,8 @@ class Runner:
         batch = self._stopping.get(state.root_id)
         if batch is not None:
             batch.add(state, events)
+            if state.run_id == state.root_id and state.status is not Status.RUNNING:
+                self._save_stopped(state.root_id)  # the root stops last: the tree is saved
             return
         try:
             if self._leases:
@@ -332,7 +334,7 @@ class Runner:
         """Reject the waiting call; ``reason`` becomes its tool result. Then :meth:`resume`."""
         return reject(self.store, run_id, call_id, reason)
 
-    async def spawn_child(
+    def spawn_child(
         self,
         parent: LiveRun,
         call_id: str,
@@ -340,9 +342,14 @@ class Runner:
         task: str,
         *,
         limits: Limits | None = None,
-    ) -> str:
-        """Run ``agent`` as a child of ``parent``; its answer (used by agent tools)."""
-        return await spawn_child(self, parent, call_id, agent, task, limits=limits)
+    ) -> Coroutine[Any, Any, str]:
+        """Run ``agent`` as a child of ``parent``; its answer (used by agent tools).
+
+        Returns the coroutine to await rather than awaiting it here: every run
+        of a tree sits under this call, and a frame less under each is what a
+        cancel of the tree unwinds (and frees) less.
+        """
+        return spawn_child(self, parent, call_id, agent, task, limits=limits)
 
     async def _root(self, live: LiveRun) -> RunResult:
         root_id = live.state.run_id

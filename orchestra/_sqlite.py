@@ -99,13 +99,13 @@ _TABLES = (
 )
 
 _UPSERT_RUN = """
+    -- a run's root, parent, agent and creation time never change: not rewritten
     INSERT INTO runs
         (run_id, root_id, parent_id, agent, status, created_at, updated_at, state, messages)
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (run_id) DO UPDATE SET
-        root_id = excluded.root_id, parent_id = excluded.parent_id, agent = excluded.agent,
-        status = excluded.status, created_at = excluded.created_at,
-        updated_at = excluded.updated_at, state = excluded.state, messages = excluded.messages
+        status = excluded.status, updated_at = excluded.updated_at,
+        state = excluded.state, messages = excluded.messages
 """
 
 _INSERT_MESSAGE = "INSERT INTO messages (run_id, idx, data) VALUES (?, ?, ?)"

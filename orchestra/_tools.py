@@ -77,16 +77,17 @@ class ToolContext:
         """Report progress (shown live by the CLI, written to the trace)."""
         self._progress(label)
 
-    async def run_child(self, agent: Any, task: str, *, limits: Any = None) -> str:
-        """Run ``agent`` on ``task`` as a child of this call's run; its answer as text.
+    def run_child(self, agent: Any, task: str, *, limits: Any = None) -> Awaitable[str]:
+        """Run ``agent`` on ``task`` as a child of this call's run; await its answer as text.
 
         The child's limits are carved from what this run has left; if nothing is
         left it is not started and the text says why. Cancelling this run
-        cancels the child.
+        cancels the child. (An awaitable, returned rather than awaited here,
+        so the child's stack is a frame shorter.)
         """
         if self._spawn is None:
             raise RuntimeError("this tool context cannot start child runs")
-        return await self._spawn(agent, task, limits=limits)
+        return self._spawn(agent, task, limits=limits)
 
 
 ToolFunction = Callable[..., Any]

@@ -124,3 +124,27 @@ async def test_a_cancelled_run_resumes_and_reruns_its_interrupted_read(
     starts = [e for e in events if e.type == "tool_start"]
     assert len(starts) == 2  # the cancelled read-only scan started again...
     assert resumed.state.own.tool_runs == 1  # ...and finished once (runs count finished tools)
+
+
+class _BrokenOnCancel:
+    """A provider whose call, when cancelled, fails with a bug of its own."""
+
+    async def complete(self, request: object) -> object:
+        try:
+            await trio.sleep_forever()
+        finally:
+            raise RuntimeError("connection pool corrupted")
+
+
+async def test_an_error_raised_while_a_run_is_cancelled_is_recorded_not_taken_for_the_cancel(
+    scenario_agent, autojump_clock, events
+):
+    runner = Runner(provider=_BrokenOnCancel(), sink=events.append)
+    async with trio.open_nursery() as nursery:
+        handle = await runner.start(nursery, scenario_agent("plan"), demo_task("plan"))
+        await trio.sleep(1.0)
+        handle.cancel("stop")
+        result = await handle.wait()
+    assert result.status is Status.FAILED
+    assert result.state.reason == "internal error: RuntimeError('connection pool corrupted')"
+    assert [e.data["status"] for e in events if e.type == "run_stopped"] == ["failed"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -77,3 +78,35 @@ async def test_a_cancelled_tree_is_saved_in_one_transaction(
     assert {s.status for s in saved} == {Status.INTERRUPTED}
     stopped = [e for e in store.events(root_id=result.run_id) if e["type"] == "run_stopped"]
     assert len(stopped) == 13
+
+
+class _SaveWatchingStore(CountingStore):
+    """Notes, at each transaction, the exception on its way out of the saving task."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.in_flight: list[BaseException | None] = []
+
+    def save_many(self, states: Any, events: Any = (), **fence: Any) -> None:
+        self.in_flight.append(sys.exception())
+        super().save_many(states, events, **fence)
+
+
+async def test_a_cancelled_tree_is_saved_before_its_root_lets_the_cancel_go(
+    provider, scenario_agent, tmp_path, autojump_clock
+):
+    # the root records its exit while the Cancelled of its runs is still on its way out
+    # of its scope, so the tree is saved before their exceptions and frames are freed
+    store = _SaveWatchingStore(tmp_path / "runs.db")
+    runner = Runner(provider=provider, store=store)
+    async with trio.open_nursery() as nursery:
+        handle = await runner.start(nursery, scenario_agent("slow_tree"), demo_task("slow_tree", 3))
+        await trio.sleep(1.0)
+        saves_before = len(store.saves)
+        handle.cancel("stop")
+        result = await handle.wait()
+    assert store.saves[saves_before:] == [4]
+    (in_flight,) = store.in_flight[saves_before:]
+    assert isinstance(in_flight, BaseExceptionGroup)
+    assert in_flight.split(trio.Cancelled)[1] is None
+    assert {r.status for r in result.walk()} == {Status.INTERRUPTED}
