@@ -23,7 +23,7 @@ import trio
 from ._agent import Agent
 from ._budget import carve
 from ._exceptions import ConfigError, RunNotFound, StateError
-from ._loop import drive, step
+from ._loop import drive
 from ._result import RunResult, stop_sentence
 from ._run import ChildWaiting, Exit, Host, LiveRun
 from ._state import Interruption, InterruptionKind, LimitRaise, Limits, RunState, Status, Usage
@@ -212,7 +212,7 @@ def trio_deadline(run: LiveRun) -> float:
 async def execute(run: LiveRun, *, one_step: bool = False, announce: bool = True) -> None:
     """Drive ``run`` inside its own cancel scope and record exactly one exit.
 
-    With ``one_step``, only one step (see :func:`~orchestra._loop.step`): a
+    With ``one_step``, only one step (see :func:`~orchestra._loop.drive`): a
     run still ``running`` after it is saved as it is (with its elapsed time),
     to be continued by a later call, maybe in another process. ``announce``
     emits ``run_started`` first.
@@ -236,7 +236,7 @@ async def execute(run: LiveRun, *, one_step: bool = False, announce: bool = True
             if run.cancel_reason is not None:  # cancelled before it started
                 run.scope.cancel()
             try:
-                await (step(run) if one_step else drive(run))
+                await drive(run, one_step=one_step)
                 paused = True
             finally:
                 if not paused and _stopped_by_cancel(run):

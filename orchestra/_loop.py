@@ -25,38 +25,33 @@ from ._run import Exit, LiveRun
 from ._state import Interruption, InterruptionKind, RunState, Status, Usage
 from ._stops import check_stops
 
-__all__ = ["drive", "step"]
+__all__ = ["drive"]
 
 
-async def drive(run: LiveRun) -> None:
-    """Run until the state leaves ``running``.
+async def drive(run: LiveRun, *, one_step: bool = False) -> None:
+    """Run until the state leaves ``running``; with ``one_step``, one step only.
 
-    After each step the stop conditions are checked (:mod:`orchestra._stops`).
+    A step: the pending tool calls (calls of the last assistant message with
+    no result yet), or else one model call; then the stop conditions
+    (:mod:`orchestra._stops`). A worker that checkpoints each step with a
+    durable-execution engine runs one step at a time (see
+    :mod:`orchestra.distributed`). The steps are inline, not a function of
+    their own: every run of a tree sits under this frame, and a cancel
+    unwinds (and frees) every frame of every run.
 
     Cancellation: a checkpoint at every model call and tool run. On cancel the
     state is as of the last completed step; the caller records the exit.
     """
     while run.state.status is Status.RUNNING:
-        await step(run)
-
-
-async def step(run: LiveRun) -> None:
-    """One step of a running run: its pending tool calls, or else one model call.
-
-    Then the stop conditions. A worker that checkpoints each step with a
-    durable-execution engine calls this once per step (see
-    :mod:`orchestra.distributed`).
-    """
-    flush_results(run)
-    pending = pending_calls(run.state)
-    if pending:
-        await dispatch(run, pending)
-    else:
-        await model_step(run)
-    if run.state.status is Status.RUNNING:
         flush_results(run)
-        if (stop := check_stops(run)) is not None:
-            run.finish(stop)
+        pending = pending_calls(run.state)
+        await (dispatch(run, pending) if pending else model_step(run))
+        if run.state.status is Status.RUNNING:
+            flush_results(run)
+            if (stop := check_stops(run)) is not None:
+                run.finish(stop)
+        if one_step:
+            return
 
 
 @attrs.frozen(kw_only=True)
