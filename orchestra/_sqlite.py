@@ -44,7 +44,7 @@ from ._transcripts import SavedTranscripts, joined, message_json, store_rows
 
 __all__ = ["BUSY_TIMEOUT_S", "STORE_SCHEMA_VERSION", "SQLiteStore", "default_store_path"]
 
-STORE_SCHEMA_VERSION = 2
+STORE_SCHEMA_VERSION = 3
 """Version of the tables' layout (not of the run states inside them)."""
 
 BUSY_TIMEOUT_S = 5.0
@@ -59,6 +59,9 @@ _MESSAGES_TABLE = """CREATE TABLE messages (
         PRIMARY KEY (run_id, idx)
     ) WITHOUT ROWID"""
 
+_RUNS_BY_RECENCY = "CREATE INDEX runs_updated_at ON runs (updated_at) WHERE run_id = root_id"
+"""Only roots are listed by recency: a child's save leaves this index alone."""
+
 _TABLES = (
     """CREATE TABLE runs (
         run_id TEXT PRIMARY KEY,
@@ -72,7 +75,7 @@ _TABLES = (
         messages INTEGER NOT NULL DEFAULT 0
     )""",
     "CREATE INDEX runs_root_id ON runs (root_id)",
-    "CREATE INDEX runs_updated_at ON runs (updated_at)",
+    _RUNS_BY_RECENCY,
     _MESSAGES_TABLE,
     """CREATE TABLE events (
         seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -82,7 +85,7 @@ _TABLES = (
         at REAL NOT NULL,
         data TEXT NOT NULL
     )""",
-    "CREATE INDEX events_run_id ON events (run_id)",
+    # one index: a run's events are found within its tree's (see SQLiteStore.events)
     "CREATE INDEX events_root_id ON events (root_id)",
     """CREATE TABLE cancels (
         run_id TEXT PRIMARY KEY,
@@ -332,13 +335,11 @@ class SQLiteStore:
 
     def events(self, run_id: str | None = None, root_id: str | None = None) -> list[dict[str, Any]]:
         """Stored events in the order they were added, optionally of one run or tree."""
-        rows = self._read(
-            "read events",
-            "SELECT data FROM events WHERE (?1 IS NULL OR run_id = ?1)"
-            " AND (?2 IS NULL OR root_id = ?2) ORDER BY seq",
-            run_id,
-            root_id,
-        )
+        if run_id is not None and root_id is None:  # its tree's index serves it
+            found = self._read("find a run's tree", _ROOT_OF, run_id)
+            root_id = found[0][0] if found else None
+        where, params = _events_where(run_id, root_id)
+        rows = self._read("read events", f"SELECT data FROM events {where} ORDER BY seq", *params)
         return [orjson.loads(data) for (data,) in rows]
 
     # -- cancel requests --------------------------------------------------
@@ -461,8 +462,10 @@ class SQLiteStore:
             found = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             if found is None:
                 _create_tables(conn)
-            elif found[0] == 1:
-                _migrate_from_1(conn)
+            elif found[0] in (1, 2):
+                if found[0] == 1:
+                    _migrate_from_1(conn)
+                _migrate_from_2(conn)
             elif found[0] != STORE_SCHEMA_VERSION:
                 raise StateError(
                     f"{self._path} has store schema version {found[0]!r}; this Orchestra "
@@ -538,6 +541,29 @@ def _create_tables(conn: sqlite3.Connection) -> None:
     conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (STORE_SCHEMA_VERSION,))
 
 
+def _migrate_from_2(conn: sqlite3.Connection) -> None:
+    """Store schema 2 -> 3: events by run are found through their tree's index,
+    and only roots are indexed by recency (fewer index writes per save)."""
+    conn.execute("DROP INDEX IF EXISTS events_run_id")
+    conn.execute("DROP INDEX IF EXISTS runs_updated_at")
+    conn.execute(_RUNS_BY_RECENCY)
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (STORE_SCHEMA_VERSION,))
+
+
+_ROOT_OF = "SELECT root_id FROM runs WHERE run_id = ?"
+
+
+def _events_where(run_id: str | None, root_id: str | None) -> tuple[str, tuple[str, ...]]:
+    """The WHERE clause (and its parameters) of the events of a run, of a tree or of
+    both. The tree index serves the last two; a run's alone are scanned for (a run
+    with no saved state, whose tree is not known, only has events added by hand)."""
+    if root_id is None:
+        return ("", ()) if run_id is None else ("WHERE run_id = ?", (run_id,))
+    if run_id is None:
+        return "WHERE root_id = ?", (root_id,)
+    return "WHERE root_id = ? AND run_id = ?", (root_id, run_id)
+
+
 def _migrate_from_1(conn: sqlite3.Connection) -> None:
     """Store schema 1 -> 2: move every run's transcript out of its row."""
     conn.execute("ALTER TABLE runs ADD COLUMN messages INTEGER NOT NULL DEFAULT 0")
@@ -553,7 +579,6 @@ def _migrate_from_1(conn: sqlite3.Connection) -> None:
             _INSERT_MESSAGE,
             [(run_id, i, message_json(m)) for i, m in enumerate(messages)],
         )
-    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (STORE_SCHEMA_VERSION,))
 
 
 def _transcripts(

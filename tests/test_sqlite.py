@@ -25,7 +25,7 @@ from orchestra._exceptions import (
     StateError,
 )
 from orchestra._serde import state_to_dict
-from orchestra._sqlite import SQLiteStore, default_store_path
+from orchestra._sqlite import STORE_SCHEMA_VERSION, SQLiteStore, default_store_path
 from orchestra._state import RunState, Status
 from orchestra._store import Store
 
@@ -632,8 +632,55 @@ def test_a_version_1_file_is_migrated_in_place(db: Path) -> None:
         store.save(old)
     with SQLiteStore(db) as store, raw(db) as conn:
         assert store.load("r1") == old
-        assert conn.execute("SELECT value FROM meta").fetchone() == (2,)
+        assert conn.execute("SELECT value FROM meta").fetchone() == (STORE_SCHEMA_VERSION,)
         assert conn.execute("SELECT count(*) FROM messages").fetchone() == (5,)
+
+
+def _event(run_id: str, root_id: str, type_: str) -> dict[str, object]:
+    return {"run_id": run_id, "root_id": root_id, "type": type_, "at": 1.0}
+
+
+def _indexes(conn: sqlite3.Connection) -> dict[str, str]:
+    rows = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql != ''")
+    return dict(rows.fetchall())
+
+
+def test_a_version_2_file_keeps_its_runs_and_events_and_loses_two_index_writes(db: Path) -> None:
+    # version 2 indexed events by run as well as by tree, and every run by recency
+    with SQLiteStore(db) as store:
+        store.save(make_state("root"), [_event("root", "root", "run_started")])
+        store.save(make_state("child", root_id="root"), [_event("child", "root", "turn")])
+    with raw(db) as conn:
+        conn.execute("CREATE INDEX events_run_id ON events (run_id)")
+        conn.execute("DROP INDEX runs_updated_at")
+        conn.execute("CREATE INDEX runs_updated_at ON runs (updated_at)")
+        conn.execute("UPDATE meta SET value = 2 WHERE key = 'schema_version'")
+    with SQLiteStore(db) as store, raw(db) as conn:
+        assert conn.execute("SELECT value FROM meta").fetchone() == (STORE_SCHEMA_VERSION,)
+        assert "events_run_id" not in _indexes(conn)
+        assert _indexes(conn)["runs_updated_at"].endswith("WHERE run_id = root_id")
+        assert [e["type"] for e in store.events(run_id="child")] == ["turn"]
+        assert [e["type"] for e in store.events(root_id="root")] == ["run_started", "turn"]
+        assert [s.run_id for s in store.list_runs()] == ["root"]
+
+
+def test_events_are_read_through_the_tree_index(store: SQLiteStore) -> None:
+    # a store with many trees must not scan every event to show one run or one tree
+    store.save(make_state("child", root_id="root"), [_event("child", "root", "turn")])
+    plans: list[str] = []
+    conn = store._connection()
+    conn.set_trace_callback(
+        lambda sql: (
+            plans.append(str(conn.execute("EXPLAIN QUERY PLAN " + sql).fetchall()))
+            if sql.startswith("SELECT data FROM events")
+            else None
+        )
+    )
+    assert len(store.events(root_id="root")) == len(store.events(run_id="child")) == 1
+    assert len(store.events(run_id="child", root_id="root")) == 1
+    conn.set_trace_callback(None)
+    assert len(plans) == 3
+    assert all("USING INDEX events_root_id" in plan for plan in plans), plans
 
 
 def test_let_go_clears_the_trees_cancels_and_releases_its_lease(store: SQLiteStore) -> None:
