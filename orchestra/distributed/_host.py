@@ -13,9 +13,9 @@ still queued or running).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import attrs
 import trio
@@ -28,14 +28,12 @@ from .._run import LiveRun
 from .._runner import Runner
 from .._state import Limits, RunState, Status, Usage
 from ._ledger import PostgresLedger
-from ._threads import StepAbandoned, in_thread
+from ._threads import StepAbandoned, abandon_step, in_thread, step_abandoned
 
 if TYPE_CHECKING:
     from ._pgstore import PostgresStore
 
 __all__ = ["RunQueue", "WorkerRunner"]
-
-_T = TypeVar("_T")
 
 WAIT_POLL_S = 0.05
 """How often a parent waiting for a child on another worker reads its status."""
@@ -54,47 +52,32 @@ class WorkerRunner(Runner):
     """A :class:`~orchestra.Runner` whose runs are steps of queued workflows."""
 
     queue: RunQueue
-    _abandoned: set[str] = attrs.field(factory=set, init=False)
-    """Trees whose step here met an unreachable database: nothing more of
-    theirs is saved until their next step starts (:meth:`resume_saving`)."""
 
     @property
     def _leases(self) -> bool:
         return False  # the durable-execution engine owns each run; saves are not fenced by trees
 
     def save(self, state: RunState, events: Sequence[dict[str, Any]] = ()) -> None:
-        """Save, or abandon the step if the database cannot be reached.
+        """Save, or abandon the current step if the database cannot be reached.
 
         Raises:
             StepAbandoned: the database is away (now, or earlier in this step).
         """
-        if state.root_id in self._abandoned:
+        if step_abandoned():
             raise StepAbandoned(f"run {state.run_id}: the database went away during this step")
         try:
             super().save(state, events)
         except StoreUnreachable as exc:
-            self.abandon(state.root_id)
+            abandon_step()
             raise StepAbandoned(str(exc)) from exc
 
     def lost_lease(self, root_id: str) -> bool:
-        """Also true while a step of the tree is abandoned: its exit is not saved."""
-        return root_id in self._abandoned or super().lost_lease(root_id)
+        """Also true in a step the database failed: its exit is not saved.
 
-    def abandon(self, root_id: str) -> None:
-        """Save nothing more of tree ``root_id`` in the steps running now."""
-        self._abandoned.add(root_id)
-
-    def resume_saving(self, root_id: str) -> None:
-        """A new step of the tree starts: its saves go through again."""
-        self._abandoned.discard(root_id)
-
-    async def _db(self, root_id: str, fn: Callable[..., _T], *args: object) -> _T:
-        """``fn(*args)`` in a database thread; an outage abandons the tree's step."""
-        try:
-            return await in_thread(fn, *args)
-        except StepAbandoned:
-            self.abandon(root_id)
-            raise
+        Only that step's: another run of the tree stepping here at the same
+        time saves as usual (see :func:`~._threads.stepping`).
+        """
+        return step_abandoned() or super().lost_lease(root_id)
 
     async def spawn_child(
         self,
@@ -113,7 +96,7 @@ class WorkerRunner(Runner):
             state = await self._reopened(state)
         if state.status is Status.RUNNING:
             await self.queue.enqueue(state.run_id)
-            state = await self._outcome(state.root_id, state.run_id)
+            state = await self._outcome(state.run_id)
         await self._ledger.refresh(parent)
         return child_answer(LiveRun(state=state, agent=agent, runner=self, parent=parent))
 
@@ -125,7 +108,7 @@ class WorkerRunner(Runner):
         child_id = parent.state.children.get(call_id)
         if child_id is not None:
             try:
-                return await self._db(parent.state.root_id, self.store.load, child_id)
+                return await in_thread(self.store.load, child_id)
             except RunNotFound:
                 pass  # the process died between binding and the child's first save
         ask = limits or agent.limits
@@ -134,7 +117,7 @@ class WorkerRunner(Runner):
             return f"{agent.name} was not started: {carved}."
         state = new_state(agent, task, carved, parent, call_id, child_id)
         depth = sum(1 for _ in parent.lineage())
-        await self._db(parent.state.root_id, self._ledger.open_node, state, depth)
+        await in_thread(self._ledger.open_node, state, depth)
         if child_id is None:
             parent.state.children[call_id] = state.run_id
             await self._ledger.guarded(parent, partial(parent.charge, Usage(child_runs=1)))
@@ -146,19 +129,19 @@ class WorkerRunner(Runner):
         """A child interrupted earlier (e.g. for an approval), running again, re-queued."""
         reopen_state(state, None, "", self.now)
         self.save(state)
-        await self._db(state.root_id, self._store.requeue, state.run_id)
+        await in_thread(self._store.requeue, state.run_id)
         return state
 
-    async def _outcome(self, root_id: str, run_id: str) -> RunState:
+    async def _outcome(self, run_id: str) -> RunState:
         """Wait until the run leaves ``running``; its state then.
 
         Cancellation: a checkpoint every :data:`WAIT_POLL_S`; the child itself
         is stopped by the tree's cancel request, on whichever worker runs it.
         """
         while True:
-            status = await self._db(root_id, self._store.status, run_id)
+            status = await in_thread(self._store.status, run_id)
             if status is not Status.RUNNING:
-                return await self._db(root_id, self.store.load, run_id)
+                return await in_thread(self.store.load, run_id)
             await trio.sleep(WAIT_POLL_S)
 
     @property

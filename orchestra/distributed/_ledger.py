@@ -39,7 +39,7 @@ import trio
 from .._exceptions import StateError
 from .._run import LiveRun
 from .._state import RunState, Usage
-from ._threads import StepAbandoned, in_thread
+from ._threads import StepAbandoned, abandon_step, attempt_in_thread, in_thread
 
 __all__ = ["LEDGER_TABLES", "PostgresLedger"]
 
@@ -156,35 +156,43 @@ class PostgresLedger:
         """See :class:`~orchestra._run.Ledger`; one transaction in a worker thread.
 
         Raises:
-            StepAbandoned: the database could not be reached (the runner, if it
-                can, abandons the tree's step: nothing more of it is saved).
+            StepAbandoned: the database could not be reached (the current step
+                is abandoned: nothing more of it is saved).
         """
-        try:
-            return await in_thread(self._guarded, run, decide)
-        except StepAbandoned:
-            abandon = getattr(run.runner, "abandon", None)
-            if abandon is not None:
-                abandon(run.state.root_id)
-            raise
+        return await in_thread(self._guarded, run, decide)
 
     async def released(self, run: LiveRun, release: Callable[[], _T]) -> _T:
         """See :class:`~orchestra._run.Ledger`: tried every :data:`RETRY_S` for
-        up to :data:`RELEASE_PATIENCE_S` while the database is away (then the
-        step is abandoned; the hold stays, and is charged at its reservation
-        when the run is next taken up)."""
+        up to :data:`RELEASE_PATIENCE_S` while the database is away. A try that
+        fails changes nothing, so once one gets through the step goes on as if
+        the database had never been away; if none does, the step is abandoned
+        (the hold stays, and is charged at its reservation when the run is next
+        taken up)."""
         waited = 0.0
         while True:
             try:
-                return await self.guarded(run, release)
+                return await attempt_in_thread(self._guarded, run, release)
             except StepAbandoned:
                 if waited >= RELEASE_PATIENCE_S:
+                    abandon_step()
                     raise
             await trio.sleep(RETRY_S)
             waited += RETRY_S
 
     def _guarded(self, run: LiveRun, decide: Callable[[], _T]) -> _T:
-        with self.store.transaction() as conn:
-            return self._decided(conn, run, decide)
+        """``decide`` in one transaction; if that fails, the live lineage's
+        numbers (and the run's own usage) are left as they were before it."""
+        nodes = list(run.lineage())
+        before = [_Numbers.of(node) for node in nodes]
+        own = run.state.own
+        try:
+            with self.store.transaction() as conn:
+                return self._decided(conn, run, decide)
+        except BaseException:
+            for node, was in zip(nodes, before, strict=True):
+                was.load_into(node)
+            run.state.own = own
+            raise
 
     def _decided(
         self, conn: Any, run: LiveRun, decide: Callable[[], _T], *, lost: bool = False

@@ -47,7 +47,7 @@ from .._state import RunState, Status
 from . import _dbos
 from ._host import WorkerRunner
 from ._ledger import PostgresLedger
-from ._threads import StepAbandoned, in_thread
+from ._threads import StepAbandoned, in_thread, stepping
 
 __all__ = ["AGENTS_KEY", "DEAD_AFTER_S", "Worker", "agent_of_reference"]
 
@@ -178,7 +178,20 @@ class Worker:
     # -- one step ---------------------------------------------------------------
 
     async def advance(self, run_id: str) -> str:
-        """Execute the next step of ``run_id`` here; its status after it."""
+        """Execute the next step of ``run_id`` here; its status after it.
+
+        Steps of several runs of one tree may execute here at once: a database
+        outage abandons the step that met it, never another (see
+        :func:`~._threads.stepping`).
+
+        Raises:
+            StepAbandoned: the database went away during the step (nothing
+                more of it was saved; DBOS tries it again).
+        """
+        with stepping():
+            return await self._step(run_id)
+
+    async def _step(self, run_id: str) -> str:
         state: RunState | None = await in_thread(self._store.claim, run_id, self.executor_id)
         if state is None:
             saved: RunState = await in_thread(self._store.load, run_id)
@@ -186,9 +199,8 @@ class Worker:
         try:
             live = await self._live(state)
         except (ConfigError, StateError) as exc:  # cannot be rebuilt here: fails, as data
-            return self._fail(state, f"the worker cannot execute this run: {exc}")
+            return await self._fail(state, f"the worker cannot execute this run: {exc}")
         assert isinstance(live.runner, WorkerRunner)
-        live.runner.resume_saving(state.root_id)
         first = run_id not in self._taken
         self._taken.add(run_id)
         await self._settle_lost(live)  # no call of the run is in flight: any hold is stale
@@ -205,10 +217,10 @@ class Worker:
             self._taken.discard(run_id)
         return live.state.status.value
 
-    def _fail(self, state: RunState, reason: str) -> str:
+    async def _fail(self, state: RunState, reason: str) -> str:
         state.status, state.reason = Status.FAILED, reason
         state.updated_at = time.time()
-        self._store.save(state)
+        await in_thread(self._store.save, state)
         return state.status.value
 
     async def _live(self, state: RunState) -> LiveRun:

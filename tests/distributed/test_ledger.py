@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from functools import partial
+from typing import Any
 
 import pytest
 import trio
@@ -193,3 +194,39 @@ async def test_a_release_waits_for_the_database_and_records_the_real_cost(
     assert usage.completion_tokens == 5 and usage.cost_pico < grant.pico
     assert ledger.spent(root.run_id).cost_pico == usage.cost_pico  # the real cost, once
     assert await ledger.settle_lost(_worker_view(root, kid)) is None  # no hold was left
+
+
+async def test_a_release_whose_transaction_broke_mid_way_is_charged_once(
+    ledger: PostgresLedger, monkeypatch: pytest.MonkeyPatch, autojump_clock: object
+) -> None:
+    """The connection drops after the release was decided, before it committed:
+    the try changed nothing, in the ledger or in the run, so the next one
+    charges the call once."""
+    from orchestra import StoreUnreachable
+
+    root, (kid,) = _tree(ledger, budget=0.01, children=1)
+    run = _worker_view(root, kid)
+    grant = await ledger.guarded(run, lambda: reserve(run, PROMPT, 2, Margin()))
+    assert isinstance(grant, Grant)
+    real = PostgresLedger._record
+    breaks = iter([True])
+
+    def record(self: PostgresLedger, *args: Any, **kwargs: Any) -> None:
+        if next(breaks, False):
+            raise StoreUnreachable("cannot reach PostgreSQL (test)")
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PostgresLedger, "_record", record)
+    reply = ChatReply(
+        message={"role": "assistant", "content": "x"},
+        finish_reason="stop",
+        prompt_tokens=PROMPT,
+        completion_tokens=5,
+    )
+    usage = await ledger.released(run, partial(settle, run, grant, reply, Margin()))
+    assert run.state.own == usage  # not twice
+    assert all(node.reserved_pico == 0 for node in run.lineage())
+    assert ledger.spent(root.run_id) == usage
+    fresh = _worker_view(root, kid)
+    await ledger.refresh(fresh)
+    assert fresh.state.tree == usage and fresh.reserved_pico == 0

@@ -425,10 +425,13 @@ def test_save_with_events_stores_both_in_one_go(any_store: AnyStore) -> None:
 
 
 def test_threads_get_a_connection_each(store: PostgresStore) -> None:
+    all_connected = threading.Barrier(6)  # no thread ends (freeing its connection) too early
+
     def work(n: int) -> None:
         for i in range(10):
             store.save(make_state(f"t{n}-{i}"))
             store.add_events([{"run_id": f"t{n}-{i}", "root_id": "x", "type": "t", "at": i}])
+        all_connected.wait(timeout=60)
 
     results = in_threads(*[lambda n=n: work(n) for n in range(6)])
     assert results == [None] * 6

@@ -1,0 +1,184 @@
+"""A worker's steps when the database goes away: what one step abandons, and what it does not.
+
+Each test drives :meth:`Worker.advance` (the step DBOS calls) in this process,
+on a real database, with the worker's tree primed (its runner, with a
+provider of fixed replies, and its root agent) instead of rebuilt from a
+recipe; an outage is one store or ledger call that raises
+:class:`StoreUnreachable`, as the first use of each connection does after a
+PostgreSQL restart.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import trio
+
+from orchestra import Agent, Limits, Runner, Status, StoreUnreachable
+from orchestra._execute import new_state
+from orchestra._money import PriceTable
+from orchestra._provider import ChatReply, ChatRequest
+from orchestra._run import LiveRun
+from orchestra._state import RunState
+from orchestra.distributed import PostgresLedger, PostgresStore
+from orchestra.distributed._host import WorkerRunner
+from orchestra.distributed._threads import StepAbandoned
+from orchestra.distributed._worker import Worker
+from orchestra.testing import DONE, FakeProvider
+
+AGENT = Agent(name="researcher", model="fake", instructions="You research.", max_tokens=400)
+LIMITS = Limits(max_turns=4, max_budget_usd=0.01)
+
+
+@pytest.fixture
+def store(pg_url: str) -> Iterator[PostgresStore]:
+    with PostgresStore(pg_url) as opened:
+        yield opened
+
+
+@pytest.fixture
+def ledger(store: PostgresStore) -> PostgresLedger:
+    made = PostgresLedger(store=store, executor="w1")
+    made.create()
+    return made
+
+
+class _NoQueue:
+    async def enqueue(self, run_id: str) -> None:  # pragma: no cover - no child is spawned
+        raise AssertionError(f"nothing is queued here ({run_id})")
+
+
+class _Gated:
+    """:class:`FakeProvider`'s answer (``done``). A task containing ``[gate]`` sets
+    :attr:`waiting` and waits for :attr:`open` first; :attr:`on_reply` (if set)
+    runs as each reply is returned."""
+
+    def __init__(self) -> None:
+        self.fake = FakeProvider(DONE)
+        self.waiting = trio.Event()
+        self.open = trio.Event()
+        self.on_reply: Any = None
+
+    async def complete(self, request: ChatRequest) -> ChatReply:
+        task = str(request.messages[-1]["content"])
+        if "[gate]" in task:
+            self.waiting.set()
+            await self.open.wait()
+        reply = await self.fake.complete(request)
+        if self.on_reply is not None:
+            self.on_reply()
+        return reply
+
+
+def _worker(
+    store: PostgresStore, ledger: PostgresLedger, root: RunState, provider: _Gated
+) -> Worker:
+    """A worker (not serving) whose tree ``root`` is primed: no DBOS, no recipe."""
+    runner = WorkerRunner(
+        provider=provider,
+        prices=PriceTable(warn_unknown=False),
+        store=store,
+        queue=_NoQueue(),
+        ledger=ledger,
+        owner="w1",
+    )
+    worker = Worker(database=store.path, executor_id="w1")
+    worker._store, worker._ledger = store, ledger
+    worker._roots[root.run_id] = (runner, AGENT)
+    return worker
+
+
+def _tree(
+    store: PostgresStore, ledger: PostgresLedger, *tasks: str
+) -> tuple[RunState, list[RunState]]:
+    """A root and one child per task, saved and in the ledger (all running, no turn yet)."""
+    root = new_state(AGENT, "the tree", LIMITS.anchored(time.time()))
+    store.save(root)
+    ledger.open_node(root, 0)
+    kids = []
+    for i, task in enumerate(tasks):
+        parent = LiveRun(state=root, agent=AGENT, runner=Runner(provider=FakeProvider(DONE)))
+        kid = new_state(AGENT, task, LIMITS.anchored(time.time()), parent, f"call_{i}")
+        store.save(kid)
+        ledger.open_node(kid, 1)
+        kids.append(kid)
+    return root, kids
+
+
+async def test_a_release_that_met_the_database_away_once_still_saves_the_runs_exit(
+    store: PostgresStore, ledger: PostgresLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database restarted while the model answered: the release of the
+    call's reservation meets it away once, then gets through, and the step
+    goes on to save the answer. (Its exit was dropped: the step said
+    ``completed``, so DBOS ended the workflow, while the store kept the run
+    ``running`` and its parent waited for it for ever.)"""
+    provider = _Gated()
+    root, _ = _tree(store, ledger)
+    worker = _worker(store, ledger, root, provider)
+    real = store.transaction
+    away = False
+
+    def transaction() -> Any:  # the ledger's transactions
+        nonlocal away
+        if away:
+            away = False
+            raise StoreUnreachable("cannot reach PostgreSQL (test)")
+        return real()
+
+    def restart() -> None:
+        nonlocal away
+        away = True
+
+    monkeypatch.setattr(store, "transaction", transaction)
+    provider.on_reply = restart
+
+    assert await worker.advance(root.run_id) == "completed"
+
+    saved = store.load(root.run_id)
+    assert saved.status is Status.COMPLETED, (saved.status, saved.reason)
+    assert saved.own.model_calls == 1
+    assert ledger.spent(root.run_id).cost_pico == saved.own.cost_pico > 0  # paid once
+    again = LiveRun(state=saved, agent=AGENT, runner=Runner(provider=FakeProvider(DONE)))
+    assert await ledger.settle_lost(again) is None  # no hold was left
+
+
+async def test_an_abandoned_step_does_not_swallow_another_runs_exit(
+    store: PostgresStore, ledger: PostgresLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two children of one tree step on one worker at once: the database fails
+    one child's step; the other's step, already under way, still saves its exit."""
+    provider = _Gated()
+    root, (failing, steady) = _tree(store, ledger, "part a", "part b [gate]")
+    worker = _worker(store, ledger, root, provider)
+    real = store.save_many
+
+    def save_many(states: list[RunState], *args: Any, **kwargs: Any) -> None:
+        if any(s.run_id == failing.run_id for s in states):
+            raise StoreUnreachable("cannot reach PostgreSQL (test)")
+        real(states, *args, **kwargs)
+
+    outcome: dict[str, str] = {}
+
+    async def step_of_steady() -> None:
+        outcome["steady"] = await worker.advance(steady.run_id)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(step_of_steady)
+        with trio.fail_after(30):
+            await provider.waiting.wait()  # its model call is in flight
+        monkeypatch.setattr(store, "save_many", save_many)
+        with pytest.raises(StepAbandoned):
+            await worker.advance(failing.run_id)
+        monkeypatch.setattr(store, "save_many", real)
+        provider.open.set()
+
+    assert outcome["steady"] == "completed"
+    assert store.load(steady.run_id).status is Status.COMPLETED
+    assert store.load(failing.run_id).status is Status.RUNNING  # nothing of its step saved
+    assert store.load(failing.run_id).turns == 0
+    assert await worker.advance(failing.run_id) == "completed"  # its step, tried again
+    assert store.load(failing.run_id).status is Status.COMPLETED
