@@ -21,6 +21,8 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
+from orchestra.distributed import PostgresLedger, PostgresStore
+
 HERE = Path(__file__).resolve().parent
 TOOL = HERE.parents[1] / "tools" / "postgres.py"
 NO_BINARIES = 4  # tools/postgres.py's exit code when PostgreSQL is not installed
@@ -77,3 +79,18 @@ def pg_url(pg_server_url: str) -> Iterator[str]:
     finally:
         with psycopg.connect(pg_server_url, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def store(pg_url: str) -> Iterator[PostgresStore]:
+    """A store on the test's own database, closed after the test."""
+    with PostgresStore(pg_url) as opened:
+        yield opened
+
+
+@pytest.fixture
+def ledger(store: PostgresStore) -> PostgresLedger:
+    """The budget ledger on ``store``'s database, its tables made (executor ``w1``)."""
+    made = PostgresLedger(store=store, executor="w1")
+    made.create()
+    return made

@@ -29,19 +29,6 @@ AGENT = Agent(name="researcher", model="plan", instructions="You research.", max
 PROMPT = 300
 
 
-@pytest.fixture
-def store(pg_url: str):
-    with PostgresStore(pg_url) as opened:
-        yield opened
-
-
-@pytest.fixture
-def ledger(store: PostgresStore) -> PostgresLedger:
-    made = PostgresLedger(store=store, executor="test")
-    made.create()
-    return made
-
-
 def _runner() -> Runner:
     from orchestra import OpenAIProvider
 
@@ -79,11 +66,15 @@ def _worker_view(root: RunState, kid: RunState) -> LiveRun:
 
 def _reply(grant: Grant) -> ChatReply:
     """The worst case: the prompt as reserved and every output token used."""
+    return _answer(grant.prompt, grant.max_tokens, finish="length")
+
+
+def _answer(prompt: int, completion: int, *, finish: str = "stop") -> ChatReply:
     return ChatReply(
         message={"role": "assistant", "content": "x"},
-        finish_reason="length",
-        prompt_tokens=grant.prompt,
-        completion_tokens=grant.max_tokens,
+        finish_reason=finish,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
     )
 
 
@@ -183,12 +174,7 @@ async def test_a_release_waits_for_the_database_and_records_the_real_cost(
         return real()
 
     monkeypatch.setattr(store, "transaction", flaky)
-    reply = ChatReply(
-        message={"role": "assistant", "content": "x"},
-        finish_reason="stop",
-        prompt_tokens=PROMPT,
-        completion_tokens=5,
-    )
+    reply = _answer(PROMPT, 5)
     usage = await ledger.released(run, partial(settle, run, grant, reply, Margin()))
     monkeypatch.setattr(store, "transaction", real)
     assert usage.completion_tokens == 5 and usage.cost_pico < grant.pico
@@ -217,12 +203,7 @@ async def test_a_release_whose_transaction_broke_mid_way_is_charged_once(
         real(self, *args, **kwargs)
 
     monkeypatch.setattr(PostgresLedger, "_record", record)
-    reply = ChatReply(
-        message={"role": "assistant", "content": "x"},
-        finish_reason="stop",
-        prompt_tokens=PROMPT,
-        completion_tokens=5,
-    )
+    reply = _answer(PROMPT, 5)
     usage = await ledger.released(run, partial(settle, run, grant, reply, Margin()))
     assert run.state.own == usage  # not twice
     assert all(node.reserved_pico == 0 for node in run.lineage())

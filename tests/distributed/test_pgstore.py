@@ -107,12 +107,6 @@ def in_threads(*work: Callable[[], Any]) -> list[Any]:
     return results
 
 
-@pytest.fixture
-def store(pg_url: str) -> Iterator[PostgresStore]:
-    with PostgresStore(pg_url) as s:
-        yield s
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[AnyStore]:
     """Each store in turn, for the behaviour both must share."""

@@ -11,7 +11,6 @@ PostgreSQL restart.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,19 +30,6 @@ from orchestra.testing import DONE, FakeProvider
 
 AGENT = Agent(name="researcher", model="fake", instructions="You research.", max_tokens=400)
 LIMITS = Limits(max_turns=4, max_budget_usd=0.01)
-
-
-@pytest.fixture
-def store(pg_url: str) -> Iterator[PostgresStore]:
-    with PostgresStore(pg_url) as opened:
-        yield opened
-
-
-@pytest.fixture
-def ledger(store: PostgresStore) -> PostgresLedger:
-    made = PostgresLedger(store=store, executor="w1")
-    made.create()
-    return made
 
 
 class _NoQueue:
