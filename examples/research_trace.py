@@ -29,8 +29,8 @@ import httpx
 import trio
 
 from orchestra import OpenAIProvider, RecordingTracerProvider, Runner, RunResult
-from orchestra._demo import demo_agent, demo_task
-from orchestra._otel import OTelTracer, configure_otlp
+from orchestra._cli.demo import demo_agent, demo_task
+from orchestra._telemetry.otel import OTelTracer, configure_otlp
 from orchestra.testing import make_sandbox, scripted_server
 
 JAEGER = os.environ.get("ORCHESTRA_JAEGER_URL", "http://127.0.0.1:16686").rstrip("/")

@@ -35,13 +35,11 @@ if TYPE_CHECKING:
     )
     from ._margin import FIRST_MARGIN, Calibration, Margin
     from ._money import Price, PriceTable
-    from ._otel import OTelTracer, configure_otlp, flush_spans
     from ._provider import ChatReply, ChatRequest, OpenAIProvider, Provider
     from ._result import RunResult
     from ._retry import RetryPolicy
     from ._runner import RunHandle, Runner
     from ._serde import state_from_dict, state_from_json, state_to_dict, state_to_json
-    from ._spans import RecordingTracerProvider, SpanSink
     from ._sqlite import SQLiteStore, default_store_path
     from ._state import (
         Approval,
@@ -55,6 +53,8 @@ if TYPE_CHECKING:
     )
     from ._stops import StopCondition
     from ._store import MemoryStore, Store
+    from ._telemetry.otel import OTelTracer, configure_otlp, flush_spans
+    from ._telemetry.spans import RecordingTracerProvider, SpanSink
     from ._tools import Tool, ToolContext, tool
 
 __all__ = [
@@ -154,13 +154,13 @@ _MODULE_OF: dict[str, str] = {
         ),
         "_margin": ("FIRST_MARGIN", "Calibration", "Margin"),
         "_money": ("Price", "PriceTable"),
-        "_otel": ("OTelTracer", "configure_otlp", "flush_spans"),
+        "_telemetry.otel": ("OTelTracer", "configure_otlp", "flush_spans"),
         "_provider": ("ChatReply", "ChatRequest", "OpenAIProvider", "Provider"),
         "_result": ("RunResult",),
         "_retry": ("RetryPolicy",),
         "_runner": ("RunHandle", "Runner"),
         "_serde": ("state_from_dict", "state_from_json", "state_to_dict", "state_to_json"),
-        "_spans": ("RecordingTracerProvider", "SpanSink"),
+        "_telemetry.spans": ("RecordingTracerProvider", "SpanSink"),
         "_sqlite": ("SQLiteStore", "default_store_path"),
         "_state": (
             "Approval",

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from orchestra import Agent, Event, Limits, OpenAIProvider, Runner, ToolPolicy
-from orchestra._demo import demo_agent, demo_task
+from orchestra._cli.demo import demo_agent, demo_task
 from orchestra.testing import ScriptedTransport, make_sandbox
 
 

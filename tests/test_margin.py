@@ -20,7 +20,7 @@ from orchestra import (
     RunResult,
     Status,
 )
-from orchestra._demo import demo_agent, demo_task
+from orchestra._cli.demo import demo_agent, demo_task
 from orchestra._margin import PAD
 from orchestra._money import from_usd
 from orchestra._provider import _clean_message

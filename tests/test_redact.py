@@ -28,9 +28,9 @@ from orchestra import (
     state_to_json,
     tool,
 )
-from orchestra._cli_output import print_tree, print_waiting
-from orchestra._cli_session import report
-from orchestra._demo import demo_agent, demo_task
+from orchestra._cli.demo import demo_agent, demo_task
+from orchestra._cli.output import print_tree, print_waiting
+from orchestra._cli.session import report
 from orchestra._redact import REDACTED, excerpt, redact, redact_data, register
 from orchestra.testing import InMemorySpanSink, ScriptedTransport
 

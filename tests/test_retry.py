@@ -17,7 +17,7 @@ from orchestra import (
     Runner,
     Status,
 )
-from orchestra._demo import demo_agent, demo_task
+from orchestra._cli.demo import demo_agent, demo_task
 from orchestra.testing import ScriptedTransport
 
 Fault = Callable[[httpx.Request], httpx.Response]

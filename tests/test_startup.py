@@ -82,7 +82,7 @@ def test_public_names_still_resolve_lazily() -> None:
     import orchestra
 
     assert set(orchestra.__all__) <= set(dir(orchestra))
-    assert orchestra.configure_otlp.__module__ == "orchestra._otel"
+    assert orchestra.configure_otlp.__module__ == "orchestra._telemetry.otel"
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         orchestra.nope  # type: ignore[attr-defined]  # noqa: B018
 

@@ -56,7 +56,7 @@ import httpx
 import trio
 
 from orchestra import Agent, Event, Limits, MemoryStore, OpenAIProvider, RetryPolicy, Runner, Status
-from orchestra._demo import demo_agent, demo_task
+from orchestra._cli.demo import demo_agent, demo_task
 from orchestra._result import RunResult
 from orchestra._sqlite import SQLiteStore
 from orchestra._store import Store

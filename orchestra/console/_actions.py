@@ -16,7 +16,7 @@ import os
 import socket
 
 from .._approval import approve, cancel_unowned, reject
-from .._cli_recipe import Recipe
+from .._cli.recipe import Recipe
 from .._exceptions import StateError
 from .._sqlite import SQLiteStore
 from .._state import Status

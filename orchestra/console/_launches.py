@@ -19,7 +19,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from .._cli_errors import INTERNAL, OPERATIONAL, USAGE
+from .._cli.errors import INTERNAL, OPERATIONAL, USAGE
 from .._exceptions import StateError
 
 __all__ = ["Launch", "Launches"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import urllib.parse
 
-from .._cli_view import short_id
+from .._cli.view import short_id
 from .._state import Status
 from ._html import Child, Html, h, literal
 

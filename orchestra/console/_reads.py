@@ -9,8 +9,8 @@ from typing import Any
 
 import attrs
 
-from .._cli_recipe import Recipe
-from .._cli_session import decisions, tree_result
+from .._cli.recipe import Recipe
+from .._cli.session import decisions, tree_result
 from .._exceptions import StateError
 from .._result import RunResult
 from .._sqlite import SQLiteStore

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._cli_view import budget_usd, one_line, usd
+from .._cli.view import budget_usd, one_line, usd
 from .._state import RunState, Status
 from ._html import Html, h
 from ._live import seen

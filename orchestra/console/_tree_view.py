@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .._cli_view import budget_usd, one_line, short_id, tokens, usd
+from .._cli.view import budget_usd, one_line, short_id, tokens, usd
 from .._result import RunResult
 from .._state import RunState, Status, Usage
 from ._html import Html, h

@@ -140,7 +140,7 @@ def _database_away(since: float | None, exc: StoreUnreachable) -> float:
 
 def submit_and_follow(database: str, recipe: Any, limits: Any, task: str) -> tuple[Any, float]:
     """Submit a CLI recipe's run to the workers and wait for its tree; (result, ms)."""
-    from .._cli_session import tree_result
+    from .._cli.session import tree_result
     from .._exceptions import ConfigError
     from ._client import Cluster, submit
     from ._pgstore import redacted

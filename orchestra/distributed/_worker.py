@@ -36,7 +36,7 @@ import attrs
 import trio
 
 from .._agent import Agent
-from .._cli_recipe import Recipe
+from .._cli.recipe import Recipe
 from .._events import EventSink
 from .._exceptions import ConfigError, StateError, StoreUnreachable
 from .._execute import execute, trio_deadline

@@ -1,11 +1,11 @@
-"""An in-memory span sink for :class:`~orchestra._spans.RecordingTracerProvider` (tests)."""
+"""An in-memory span sink for :class:`~orchestra.RecordingTracerProvider` (tests)."""
 
 from __future__ import annotations
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 
-from .._spans import Record, to_readable
+from .._telemetry.spans import Record, to_readable
 
 __all__ = ["InMemorySpanSink"]
 

@@ -28,7 +28,7 @@ from distributed_support import (
 
 from orchestra import InterruptionKind, Limits, Status, StoreUnreachable
 from orchestra._approval import approve
-from orchestra._cli_recipe import Recipe
+from orchestra._cli.recipe import Recipe
 from orchestra.distributed import AGENTS_KEY, Cluster, cancel_tree, ledger_rows, resume_tree, submit
 from orchestra.distributed._worker import agent_of_reference
 from orchestra.testing import SANDBOX_FILES

@@ -23,11 +23,17 @@ from orchestra import (
     RecordingTracerProvider,
     Runner,
 )
-from orchestra._demo import demo_task
-from orchestra._otel import SCHEMA_URL, OTelTracer, agent_id, configure_otlp, package_version
-from orchestra._otel_content import CAPTURE_ENV, MAX_TEXT
+from orchestra._cli.demo import demo_task
 from orchestra._provider import parse_reply, provider_name_for
 from orchestra._redact import REDACTED
+from orchestra._telemetry.otel import (
+    SCHEMA_URL,
+    OTelTracer,
+    agent_id,
+    configure_otlp,
+    package_version,
+)
+from orchestra._telemetry.otel_content import CAPTURE_ENV, MAX_TEXT
 from orchestra.testing import InMemorySpanSink, ScriptedTransport
 
 Exporter = InMemorySpanExporter | InMemorySpanSink

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._agent import Agent, ToolPolicy
-from ._catalog import catalog
-from ._exceptions import ConfigError
-from ._state import Limits
-from ._tools import Tool
+from .._agent import Agent, ToolPolicy
+from .._catalog import catalog
+from .._exceptions import ConfigError
+from .._state import Limits
+from .._tools import Tool
 
 __all__ = ["RESEARCH_SCENARIOS", "SCENARIOS", "demo_agent", "parse_scenario"]
 
@@ -75,8 +75,8 @@ def parse_scenario(name: str) -> tuple[str, tuple[str, ...]]:
         ConfigError: the base is not one of :data:`SCENARIOS`, or a modifier is
             malformed or unknown (the message names the known ones).
     """
-    from .testing._faults import FaultSpec
-    from .testing._scenarios import ScriptError
+    from ..testing._faults import FaultSpec
+    from ..testing._scenarios import ScriptError
 
     try:
         spec = FaultSpec.parse(name)

@@ -5,7 +5,7 @@ project's benchmark the SDK spends about 45 µs recording a span (each
 attribute validated under a lock) and 50–70 µs encoding it, all under the GIL
 that the run loop needs. Here a span is recorded in a few microseconds as
 builtins only (:data:`Record`), and a :class:`SpanSink` takes it when it ends:
-:class:`~orchestra._otlp_process.ExportProcess` ships batches to a child
+:class:`~orchestra._telemetry.otlp_process.ExportProcess` ships batches to a child
 process that validates the attributes and exports them with the SDK's own
 OTLP exporters (:func:`to_readable` rebuilds the SDK's ``ReadableSpan``), so
 the backend receives what the SDK would have sent.

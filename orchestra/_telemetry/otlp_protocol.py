@@ -4,7 +4,7 @@ list them without loading it."""
 
 from __future__ import annotations
 
-from ._exceptions import ConfigError
+from .._exceptions import ConfigError
 
 __all__ = ["PROTOCOLS", "protocol_name"]
 

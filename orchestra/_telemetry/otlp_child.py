@@ -1,12 +1,12 @@
-"""The OTLP export process, started by :class:`~orchestra._otlp_process.ExportProcess`.
+"""The OTLP export process, started by :class:`~orchestra._telemetry.otlp_process.ExportProcess`.
 
-Its command line is ``python -c "from orchestra._otlp_child import main; main()"
---protocol P [--endpoint URL]``: ``-c`` rather than ``-m orchestra._otlp_child``,
+Its command line is ``python -c "from orchestra._telemetry.otlp_child import main; main()"
+--protocol P [--endpoint URL]``: ``-c`` rather than ``-m orchestra._telemetry.otlp_child``,
 which would warn if the package had already imported this module. It reads
 pickled messages from stdin (its parent's ``ExportProcess``, never anything else):
 
 - ``("resource", attributes, schema_url)``: the resource of the spans that follow;
-- ``("spans", [record, ...])``: export these: :func:`~orchestra._spans.to_readable`
+- ``("spans", [record, ...])``: export these: :func:`~orchestra._telemetry.spans.to_readable`
   rebuilds each one, the SDK's batch processor and exporter send them, in
   requests of up to :data:`BATCH` spans, at most 20 ms after they arrive;
 - ``("flush", timeout_s)``: answer one line on stdout within ``timeout_s``:
@@ -43,8 +43,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from ._otlp_protocol import protocol_name
-from ._spans import to_readable
+from .otlp_protocol import protocol_name
+from .spans import to_readable
 
 __all__ = ["exporter_for", "main", "serve"]
 
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(os, "nice"):
         os.nice(NICENESS)
-    parser = argparse.ArgumentParser(prog="orchestra._otlp_child")
+    parser = argparse.ArgumentParser(prog="orchestra._telemetry.otlp_child")
     parser.add_argument("--protocol", default="http/protobuf")
     parser.add_argument("--endpoint", default=None)
     args = parser.parse_args(argv)

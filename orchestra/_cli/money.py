@@ -15,9 +15,9 @@ from typing import Any
 import attrs
 import click
 
-from ._cli_options import PRICE, TOKENS, Number, count
-from ._margin import Margin
-from ._money import Price, PriceTable
+from .._margin import Margin
+from .._money import Price, PriceTable
+from .options import PRICE, TOKENS, Number, count
 
 __all__ = ["Money", "money_options", "tokens_option"]
 

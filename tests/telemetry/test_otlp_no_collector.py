@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from orchestra._otel import configure_otlp, finish_export
+from orchestra._telemetry.otel import configure_otlp, finish_export
 
 ORCHESTRA = [sys.executable, "-c", "from orchestra._cli import run; run()"]
 
@@ -47,7 +47,7 @@ def test_the_cli_warns_once_and_says_the_trace_was_not_exported() -> None:
     assert done.stderr.splitlines() == [
         f"warning: spans were not exported: no OTLP collector at {endpoint}/v1/traces "
         "(connection refused)"
-    ]  # no exporter retries, no RuntimeWarning about orchestra._otlp_child
+    ]  # no exporter retries, no RuntimeWarning about orchestra._telemetry.otlp_child
     assert done.stdout.splitlines()[-1] == "trace: not exported"
     assert elapsed < 8  # it used to hang 9 s at exit after the run, on top of the run itself
 

@@ -29,7 +29,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ._redact import redact
+from .._redact import redact
 
 __all__ = [
     "CAPTURE_ENV",

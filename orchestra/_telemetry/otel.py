@@ -54,7 +54,7 @@ OpenTelemetry ``TracerProvider``: the SDK's (sampling, custom processors) or
 :func:`configure_otlp`'s lean one, which records spans as plain data and
 exports them from a child process. Contents (messages, tool arguments and
 results) are recorded only when content capture is on (see
-:mod:`orchestra._otel_content`). Stop reasons and error texts are redacted of
+:mod:`orchestra._telemetry.otel_content`). Stop reasons and error texts are redacted of
 secrets (events already are; see :mod:`orchestra._redact`).
 """
 
@@ -74,15 +74,15 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from . import _otel_content as content
-from ._dispatch import pending_calls
-from ._events import Event
-from ._otlp_protocol import protocol_name
-from ._redact import redact
-from ._run import LiveRun
-from ._spans import RecordingTracerProvider
-from ._state import RunState, Usage
-from ._state import Status as RunStatus
+from .._dispatch import pending_calls
+from .._events import Event
+from .._redact import redact
+from .._run import LiveRun
+from .._state import RunState, Usage
+from .._state import Status as RunStatus
+from . import otel_content as content
+from .otlp_protocol import protocol_name
+from .spans import RecordingTracerProvider
 
 __all__ = ["SCHEMA_URL", "OTelTracer", "configure_otlp", "finish_export", "flush_spans"]
 
@@ -539,7 +539,7 @@ def configure_otlp(
 
     Spans are recorded as plain data on the trio thread and exported by the
     SDK's OTLP exporter in a child process (see
-    :mod:`orchestra._otlp_process`), off this process's GIL. Follows the
+    :mod:`orchestra._telemetry.otlp_process`), off this process's GIL. Follows the
     standard variables: ``OTEL_SERVICE_NAME`` (default ``orchestra``),
     ``OTEL_RESOURCE_ATTRIBUTES`` (``service.version`` defaults to orchestra's
     version), ``OTEL_EXPORTER_OTLP_PROTOCOL`` / ``..._TRACES_PROTOCOL``
@@ -550,7 +550,7 @@ def configure_otlp(
     """
     from opentelemetry.sdk.resources import Resource  # the SDK: only to export
 
-    from ._otlp_process import ExportProcess  # POSIX pipes: imported only to export
+    from .otlp_process import ExportProcess  # POSIX pipes: imported only to export
 
     protocol = (
         protocol

@@ -17,14 +17,14 @@ from typing import IO, Any
 import attrs
 import trio
 
-from ._cli_recipe import Recipe
-from ._events import Event, EventSink, JsonlSink, fanout
-from ._exceptions import RunNotFound
-from ._result import RunResult, child_order
-from ._runner import Runner
-from ._state import RunState, Status
-from ._store import Store
-from ._tools import Tool
+from .._events import Event, EventSink, JsonlSink, fanout
+from .._exceptions import RunNotFound
+from .._result import RunResult, child_order
+from .._runner import Runner
+from .._state import RunState, Status
+from .._store import Store
+from .._tools import Tool
+from .recipe import Recipe
 
 __all__ = ["report", "supervise", "tree_result"]
 
@@ -87,7 +87,7 @@ def _live_view(session: Session) -> Iterator[EventSink | None]:
     if not session.live or session.trace == "-" or not sys.stderr.isatty():
         yield None
         return
-    from ._cli_live import live_tree
+    from .live import live_tree
 
     with live_tree() as sink:
         yield sink

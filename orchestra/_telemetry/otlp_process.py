@@ -1,8 +1,8 @@
-"""Span export in a child process: a :class:`~orchestra._spans.SpanSink` over a pipe.
+"""Span export in a child process: a :class:`~orchestra._telemetry.spans.SpanSink` over a pipe.
 
 The trio thread appends each finished span's record to a batch; when the
 batch is full it pickles it and writes it, without blocking, into the stdin
-of the export process (:mod:`orchestra._otlp_child`), which exports them with the SDK's
+of the export process (:mod:`orchestra._telemetry.otlp_child`), which exports them with the SDK's
 OTLP exporter on the machine's other core. Encoding protobuf, the costliest
 part of tracing, never holds this process's GIL, and the hot path never
 wakes a thread (each wake-up costs the trio thread GIL hand-offs).
@@ -49,7 +49,7 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
 
-    from ._spans import Record
+    from .spans import Record
 
 __all__ = ["ExportProcess"]
 
@@ -59,7 +59,7 @@ _ANSWER_S = 1.0
 """How long past its timeout a flush waits for the child's answer (its collector check)."""
 _EXIT_S = 2.0
 """How long past its grace the child may take to exit (it stops retrying, then exits)."""
-_CHILD = "from orchestra._otlp_child import main; main()"
+_CHILD = "from orchestra._telemetry.otlp_child import main; main()"
 
 
 class ExportProcess:
@@ -348,7 +348,7 @@ def _close(stream: IO[bytes] | None) -> None:
 def _spawn(protocol: str, endpoint: str | None) -> subprocess.Popen[bytes]:
     """The export process, running this copy of orchestra whatever the cwd (``-P``: not
     the cwd's; ``-c``, not ``-m``, which warns when the package already imported the module)."""
-    package_root = str(Path(__file__).resolve().parent.parent)
+    package_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     command = [sys.executable, "-P", "-c", _CHILD, "--protocol", protocol]

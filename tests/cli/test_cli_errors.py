@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from orchestra._cli import main
-from orchestra._cli_errors import INTERNAL, OPERATIONAL, USAGE, status_exit, translated
+from orchestra._cli.errors import INTERNAL, OPERATIONAL, USAGE, status_exit, translated
 from orchestra._exceptions import ConfigError, LeaseError, StateError
 from orchestra._sqlite import SQLiteStore
 from orchestra._state import Status
@@ -263,7 +263,7 @@ def test_an_unexpected_exception_is_an_internal_error(monkeypatch: pytest.Monkey
     def broken(path: str | None) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("orchestra._cli._store", broken)
+    monkeypatch.setattr("orchestra._cli.commands._store", broken)
     line = fails(["runs"], INTERNAL)
     assert line == (
         "error: internal error: RuntimeError('boom') (run again with --debug for the traceback)"
@@ -297,7 +297,7 @@ def test_every_stopped_status_has_its_documented_code() -> None:
 
 
 def test_the_readme_table_says_the_same_codes() -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
     for code, meaning in [
         (0, "completed"),
         (1, "failed"),

@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ._cli_money import Money
-from ._exceptions import ConfigError, StateError
-from ._money import PriceTable
-from ._state import Limits, RunState
+from .._exceptions import ConfigError, StateError
+from .._money import PriceTable
+from .._state import Limits, RunState
+from .money import Money
 
 if TYPE_CHECKING:  # imported where used: `orchestra --help` and `show` need none of them
-    from ._agent import Agent, ToolPolicy
-    from ._provider import OpenAIProvider
-    from ._tools import Tool
+    from .._agent import Agent, ToolPolicy
+    from .._provider import OpenAIProvider
+    from .._tools import Tool
 
 __all__ = ["Recipe"]
 
@@ -132,7 +132,7 @@ class Recipe:
         return cls(**saved, faults=False)
 
     def policy(self) -> ToolPolicy:
-        from ._agent import ToolPolicy, detailed_errors, generic_errors
+        from .._agent import ToolPolicy, detailed_errors, generic_errors
 
         wording = generic_errors if self.errors == "generic" else detailed_errors
         return ToolPolicy(dedupe=self.dedupe, error_text=wording, fatal_errors=self.fatal_errors)
@@ -154,16 +154,16 @@ class Recipe:
             yield ()
             return
         try:
-            from .mcp import open_tools, parse_server
+            from ..mcp import open_tools, parse_server
         except ModuleNotFoundError as exc:
             raise ConfigError(str(exc)) from None
         async with open_tools(*(parse_server(s) for s in self.mcp)) as tools:
             yield tools
 
     def _agent(self, limits: Limits) -> Agent:
-        from ._agent import Agent
-        from ._catalog import catalog
-        from ._demo import demo_agent
+        from .._agent import Agent
+        from .._catalog import catalog
+        from .demo import demo_agent
 
         if self.scenario is not None:
             child = Limits(max_turns=self.child_turns, max_budget_usd=self.child_budget)
@@ -191,7 +191,7 @@ class Recipe:
     @asynccontextmanager
     async def provider(self, api_key: str = "") -> AsyncIterator[OpenAIProvider]:
         """A provider for this recipe (the embedded scripted server for a demo)."""
-        from ._provider import OpenAIProvider
+        from .._provider import OpenAIProvider
 
         if self.scenario is None:
             provider = OpenAIProvider(
@@ -206,7 +206,7 @@ class Recipe:
             finally:
                 await provider.aclose()
             return
-        from .testing import scripted_server
+        from ..testing import scripted_server
 
         async with scripted_server(faults=self.faults) as url:
             provider = OpenAIProvider(

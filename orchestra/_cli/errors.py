@@ -36,8 +36,8 @@ from typing import Any, Final
 
 import click
 
-from ._exceptions import ConfigError, OrchestraError
-from ._state import Status
+from .._exceptions import ConfigError, OrchestraError
+from .._state import Status
 
 __all__ = [
     "INTERNAL",

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from orchestra._catalog import catalog
 from orchestra._cli import main
-from orchestra._cli_options import CATALOG_TOOLS, READ_ONLY_TOOLS
-from orchestra._cli_recipe import Recipe
+from orchestra._cli.options import CATALOG_TOOLS, READ_ONLY_TOOLS
+from orchestra._cli.recipe import Recipe
 from orchestra._exceptions import StateError
 from orchestra._sqlite import SQLiteStore
 from orchestra._state import Limits, RunState

@@ -17,8 +17,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.sdk.resources import Resource
 
 from orchestra import RecordingTracerProvider, Runner, flush_spans
-from orchestra._otel import OTelTracer
-from orchestra._otlp_process import ExportProcess
+from orchestra._telemetry.otel import OTelTracer
+from orchestra._telemetry.otlp_process import ExportProcess
 from orchestra.testing import InMemorySpanSink
 
 
