@@ -1,5 +1,5 @@
 """``python -m orchestra``: the same command line as ``orchestra``."""
 
-from ._cli import main
+from ._main import main
 
 main(prog_name="orchestra")

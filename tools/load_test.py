@@ -276,7 +276,7 @@ async def run_all(setup: Setup, roots: list[Agent]) -> dict[int, Any]:
 @asynccontextmanager
 async def scripted_process() -> AsyncIterator[str]:
     """``orchestra serve-scripted`` in a child process on a free port; yields its base URL."""
-    command = [sys.executable, "-c", "from orchestra._cli import run; run()", "serve-scripted"]
+    command = [sys.executable, "-c", "from orchestra._main import run; run()", "serve-scripted"]
     process = await trio.lowlevel.open_process([*command, "--port", "0"], stderr=subprocess.PIPE)
     assert process.stderr is not None
     try:

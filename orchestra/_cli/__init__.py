@@ -1,24 +1,11 @@
-"""The ``orchestra`` command line: its commands (:mod:`.commands`) and the modules they use.
+"""What the ``orchestra`` command line is made of, below its commands.
 
-``run`` (the console script's entry point) and ``main`` (the click group) are
-imported from :mod:`.commands` on first use (PEP 562), so that importing one of
-this package's modules (:mod:`.demo`, :mod:`.view`, ...) loads only that module.
+The commands themselves (the click group and ``run``, the console script's
+entry point) are in :mod:`orchestra._main`, the one module above this package,
+the console and the workers. These modules are shared with them: building a
+run's agent from its saved recipe (:mod:`.recipe`), running a tree under
+signals with live progress (:mod:`.session`), exit codes (:mod:`.errors`),
+layouts for people (:mod:`.view`, :mod:`.output`), the demo's scenarios
+(:mod:`.demo`) and the options' parsing (:mod:`.options`, :mod:`.money`).
+Nothing is imported here: a module loads only what it needs.
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .commands import main, run
-
-__all__ = ["main", "run"]
-
-
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.commands"), name)
-    globals()[name] = value  # resolved once: later lookups do not come here
-    return value

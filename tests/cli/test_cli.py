@@ -8,7 +8,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from orchestra._cli import main
+from orchestra._main import main
 
 
 def demo(*args: str) -> tuple[int, dict]:

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from orchestra._cli import main
 from orchestra._cli.errors import INTERNAL, OPERATIONAL, USAGE, status_exit, translated
 from orchestra._exceptions import ConfigError, LeaseError, StateError
+from orchestra._main import main
 from orchestra._sqlite import SQLiteStore
 from orchestra._state import Status
 
@@ -263,7 +263,7 @@ def test_an_unexpected_exception_is_an_internal_error(monkeypatch: pytest.Monkey
     def broken(path: str | None) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("orchestra._cli.commands._store", broken)
+    monkeypatch.setattr("orchestra._main._store", broken)
     line = fails(["runs"], INTERNAL)
     assert line == (
         "error: internal error: RuntimeError('boom') (run again with --debug for the traceback)"

@@ -10,9 +10,9 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from orchestra._cli import main
+from orchestra._main import main
 
-ORCHESTRA = [sys.executable, "-c", "from orchestra._cli import run; run()"]
+ORCHESTRA = [sys.executable, "-c", "from orchestra._main import run; run()"]
 
 
 def demo(*args: str) -> tuple[int, dict[str, Any]]:

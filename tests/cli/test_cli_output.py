@@ -14,13 +14,13 @@ import pytest
 from click.testing import CliRunner
 
 from orchestra import Agent, Limits, RunResult, catalog
-from orchestra._cli import main
 from orchestra._cli.live import LiveTree
 from orchestra._cli.output import print_tree, print_waiting
 from orchestra._cli.recipe import Recipe
 from orchestra._cli.session import Session, _live_view, report, with_stored_children
 from orchestra._cli.view import Node, tree_lines
 from orchestra._events import Event
+from orchestra._main import main
 from orchestra._sqlite import SQLiteStore
 from orchestra._store import MemoryStore
 

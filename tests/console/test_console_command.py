@@ -24,7 +24,7 @@ for name in sys.argv[1].split(","):
     if name:
         sys.modules[name] = None  # as if not installed
 sys.argv = ["orchestra", *sys.argv[2:]]
-from orchestra._cli import run
+from orchestra._main import run
 code = 0
 try:
     run()

@@ -13,7 +13,7 @@ import pytest
 
 from orchestra._telemetry.otel import configure_otlp, finish_export
 
-ORCHESTRA = [sys.executable, "-c", "from orchestra._cli import run; run()"]
+ORCHESTRA = [sys.executable, "-c", "from orchestra._main import run; run()"]
 
 
 def free_port() -> int:

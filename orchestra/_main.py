@@ -21,12 +21,9 @@ import attrs
 import click
 from click.shell_completion import CompletionItem
 
-from .._exceptions import OrchestraError
-from .._state import Limits, RunState, Status
-from .._telemetry.otlp_protocol import PROTOCOLS
-from .errors import CommandError, OrchestraGroup, status_exit
-from .money import Money, money_options, tokens_option
-from .options import (
+from ._cli.errors import CommandError, OrchestraGroup, status_exit
+from ._cli.money import Money, money_options, tokens_option
+from ._cli.options import (
     MAX_SECONDS,
     READ_ONLY_TOOLS,
     SECONDS,
@@ -37,12 +34,15 @@ from .options import (
     ToolNames,
     count,
 )
-from .output import print_runs, print_tree, print_waiting
-from .recipe import RUN_MAX_TOKENS, RUN_TIMEOUT_S, Recipe
+from ._cli.output import print_runs, print_tree, print_waiting
+from ._cli.recipe import RUN_MAX_TOKENS, RUN_TIMEOUT_S, Recipe
+from ._exceptions import OrchestraError
+from ._state import Limits, RunState, Status
+from ._telemetry.otlp_protocol import PROTOCOLS
 
 if TYPE_CHECKING:
-    from .._sqlite import SQLiteStore
-    from .session import Session
+    from ._cli.session import Session
+    from ._sqlite import SQLiteStore
 
 # Modules that run trees (trio, the runner, the tokenizer, OpenTelemetry, the
 # demo's tools) are imported inside the commands that need them: `--help`,
@@ -53,10 +53,10 @@ __all__ = ["main", "run"]
 
 def _store(path: str | None) -> SQLiteStore:
     """The SQLite store at ``path``, or the PostgreSQL store a postgresql:// URL names."""
-    from .._sqlite import SQLiteStore
+    from ._sqlite import SQLiteStore
 
     if _distributed(path):
-        from ..distributed import PostgresStore
+        from .distributed import PostgresStore
 
         return PostgresStore(str(path))  # type: ignore[return-value]  # the same interface
     return SQLiteStore(path)
@@ -66,7 +66,7 @@ def _distributed(path: str | None) -> bool:
     """Whether ``--store`` names a PostgreSQL database (runs executed by workers)."""
     if path is None or not path.startswith(("postgresql://", "postgres://")):
         return False
-    from ..distributed._cli import missing
+    from .distributed._cli import missing
 
     problem = missing()
     if problem is not None:
@@ -150,7 +150,7 @@ def _tracing(
 ) -> tuple[Any, Any]:
     if not otlp:
         return None, None
-    from .._telemetry.otel import OTelTracer, configure_otlp
+    from ._telemetry.otel import OTelTracer, configure_otlp
 
     provider = configure_otlp(protocol=protocol, endpoint=endpoint)
     capture = True if capture_content else None  # None: the environment variable decides
@@ -178,7 +178,7 @@ def _money_fields(money: Money) -> dict[str, Any]:
 def _sandbox(directory: str | None) -> Path:
     import tempfile
 
-    from ..testing import make_sandbox
+    from .testing import make_sandbox
 
     if directory is None:
         return make_sandbox(tempfile.mkdtemp(prefix="orchestra-demo-"))
@@ -194,7 +194,7 @@ def _finish(
     store_path: str | None,
     spans: Any = None,
 ) -> None:
-    from .session import report
+    from ._cli.session import report
 
     out = report(result, session.store, elapsed, session.recipe.directory)
     if as_json:
@@ -213,7 +213,7 @@ def _finish(
 
 def _export_spans(spans: Any) -> bool:
     """Send the last spans, for 2 s at most; if they were not exported, say why on stderr."""
-    from .._telemetry.otel import finish_export
+    from ._telemetry.otel import finish_export
 
     why = finish_export(spans)
     if why is not None:
@@ -229,11 +229,11 @@ def _start(
     store_path: str | None,
     spans: Any = None,
 ) -> None:
-    from .._execute import new_run_id
-    from .._tokens import encoding
+    from ._execute import new_run_id
+    from ._tokens import encoding
 
     if _distributed(store_path):
-        from ..distributed._cli import submit_and_follow
+        from .distributed._cli import submit_and_follow
 
         assert store_path is not None
         result, ms = submit_and_follow(store_path, session.recipe, limits, task)
@@ -255,7 +255,7 @@ def _drive(session: Session, root_id: str, go: Callable[[Any, Any], Any]) -> tup
     import stamina.instrumentation
     import trio
 
-    from .session import supervise
+    from ._cli.session import supervise
 
     # Retries are reported as model_retry events and summarised; stamina's own
     # log line per retry would only repeat them on stderr.
@@ -272,7 +272,7 @@ class ScenarioType(click.types.StringParamType):
         return "SCENARIO[+FAULT[xN]...]"  # the scenarios are listed in the help, one a line
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        from .demo import parse_scenario
+        from ._cli.demo import parse_scenario
 
         name = super().convert(value, param, ctx)
         try:
@@ -284,7 +284,7 @@ class ScenarioType(click.types.StringParamType):
     def shell_complete(
         self, ctx: click.Context, param: click.Parameter, incomplete: str
     ) -> list[CompletionItem]:
-        from .demo import SCENARIOS
+        from ._cli.demo import SCENARIOS
 
         return [CompletionItem(s) for s in SCENARIOS if s.startswith(incomplete)]
 
@@ -316,8 +316,8 @@ class DemoCommand(click.Command):
     """``orchestra demo``: its help lists each scenario with what it does."""
 
     def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        from ..testing._scenarios import SCENARIOS as SCRIPTS
-        from .demo import SCENARIOS
+        from ._cli.demo import SCENARIOS
+        from .testing._scenarios import SCENARIOS as SCRIPTS
 
         super().format_help_text(ctx, formatter)
         with formatter.section("Scenarios"):
@@ -451,8 +451,8 @@ def demo(
     401, ...), hang, garbage, truncated, reset, nousage or promptPCT; the first
     N requests (default 1) meet each. `orchestra resume` plays no faults.
     """
-    from .demo import demo_task, parse_scenario
-    from .session import Session
+    from ._cli.demo import demo_task, parse_scenario
+    from ._cli.session import Session
 
     recipe = Recipe(
         directory=str(_sandbox(directory)),
@@ -589,7 +589,7 @@ def run_command(
     but the key is saved with the run, so `orchestra resume` rebuilds the same
     agent.
     """
-    from .session import Session
+    from ._cli.session import Session
 
     recipe = Recipe(
         directory=str(Path(directory).resolve()),
@@ -647,8 +647,8 @@ def resume(
     capture_content: bool,
 ) -> None:
     """Continue a stopped run (after an approval, a cancel, a crash or a raised limit)."""
-    from .._tokens import encoding
-    from .session import Session
+    from ._cli.session import Session
+    from ._tokens import encoding
 
     store, state = _loaded(store_path, run_id)
     if _distributed(store_path):
@@ -685,7 +685,7 @@ def _requeue(
     store_path: str | None, state: RunState, raises: tuple[Any, ...], as_json: bool
 ) -> None:
     """Resume a tree the workers execute: queue its root again."""
-    from ..distributed._cli import requeue
+    from .distributed._cli import requeue
 
     if any(value is not None for value in raises):
         raise CommandError("raising limits of a run the workers execute is not supported yet")
@@ -724,7 +724,7 @@ def _decision(fn: Callable[..., Any]) -> Callable[..., Any]:
         waiting = fn(store, root, **kw)
         if _distributed(store_path):
             assert store_path is not None
-            from ..distributed._cli import requeue
+            from .distributed._cli import requeue
 
             queued = requeue(store_path, root)
             click.echo(
@@ -762,7 +762,7 @@ def _decision(fn: Callable[..., Any]) -> Callable[..., Any]:
 @_decision
 def approve(store: SQLiteStore, run_id: str, call_id: str | None = None) -> dict[str, Any]:
     """Approve the call RUN_ID waits on (bound to its exact arguments)."""
-    from .._approval import approve as decide
+    from ._approval import approve as decide
 
     return _as_dict(decide(store, run_id, call_id))
 
@@ -778,7 +778,7 @@ def reject(
     store: SQLiteStore, run_id: str, call_id: str | None = None, reason: str = ""
 ) -> dict[str, Any]:
     """Reject the call RUN_ID waits on; the model is told why."""
-    from .._approval import reject as decide
+    from ._approval import reject as decide
 
     return _as_dict(decide(store, run_id, call_id, reason))
 
@@ -849,7 +849,7 @@ def _cancel_everywhere(
     store_path: str, run_id: str, reason: str, wait_s: float, as_json: bool
 ) -> None:
     """Cancel a tree on every worker; one line (or JSON) saying how it went."""
-    from ..distributed._cli import cancel_everywhere
+    from .distributed._cli import cancel_everywhere
 
     store = _store(store_path)
     target = store.resolve(run_id)
@@ -870,7 +870,7 @@ def _cancel_unowned(
     store: SQLiteStore, state: RunState, reason: str, as_json: bool, store_path: str | None
 ) -> None:
     """Stop a run whose process died: recorded in the store, nothing left armed."""
-    from .._approval import cancel_unowned
+    from ._approval import cancel_unowned
 
     owner = f"pid {os.getpid()} on {socket.gethostname()}"
     stopped = cancel_unowned(store, state.run_id, reason, owner)
@@ -922,7 +922,7 @@ def runs(limit: int, all_runs: bool, store_path: str | None, as_json: bool) -> N
 @json_option
 def show(run_id: str, store_path: str | None, as_json: bool) -> None:
     """A run's tree with status and costs, and the call it waits on if any."""
-    from .session import report, tree_result
+    from ._cli.session import report, tree_result
 
     store, state = _loaded(store_path, run_id)
     result = tree_result(store.tree(state.root_id), state.run_id)
@@ -971,14 +971,14 @@ def console_command(port: int, store_path: str | None) -> None:
     resume a tree and stop a running one. Resumes it started stop with it
     (saved, resumable). Needs: pip install 'orchestra[console]'.
     """
-    from ..console import missing_packages
+    from .console import missing_packages
 
     missing = missing_packages()
     if missing:
         raise CommandError(
             f"the console needs {' and '.join(missing)}: pip install 'orchestra[console]'"
         )
-    from ..console._server import bind, run_console
+    from .console._server import bind, run_console
 
     store = _store(store_path)
     try:
@@ -1037,7 +1037,7 @@ def worker_command(
     postgresql://…` act on trees wherever they run. Needs: pip install
     'orchestra[distributed]'.
     """
-    from ..distributed._cli import is_database, missing, run_worker
+    from .distributed._cli import is_database, missing, run_worker
 
     problem = missing()
     if problem is not None:
@@ -1060,7 +1060,7 @@ def mcp_list(server: str, as_json: bool) -> None:
     flags Orchestra derives from their hints: read-only, needs approval, idempotent."""
     import trio
 
-    from .recipe import Recipe
+    from ._cli.recipe import Recipe
 
     async def tools() -> Any:
         async with Recipe(directory=".", mcp=(server,)).mcp_tools() as found:
@@ -1071,7 +1071,7 @@ def mcp_list(server: str, as_json: bool) -> None:
         keys = ("name", "read_only", "needs_approval", "idempotent", "description")
         click.echo(json.dumps([{k: getattr(t, k) for k in keys} for t in found], sort_keys=True))
         return
-    from ..mcp._convert import describe
+    from .mcp._convert import describe
 
     for tool in found:
         click.echo(describe(tool))
@@ -1103,7 +1103,7 @@ def serve_scripted_command(host: str, port: int, latency_ms: float) -> None:
 
     import trio
 
-    from ..testing import serve_scripted
+    from .testing import serve_scripted
 
     async def serve() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
