@@ -27,7 +27,7 @@ from typing import Any
 from . import common
 from .common import row
 
-FULL = {"trees": [(99,), (10, 99)], "repeats": {(99,): 7, (10, 99): 3}}
+FULL = {"trees": [(99,), (10, 99)], "repeats": {(99,): 15, (10, 99): 3}}
 QUICK = {"trees": [(9,), (99,)], "repeats": {(9,): 2, (99,): 2}}
 CANCEL_LIMIT_S = 120
 

@@ -23,7 +23,7 @@ from typing import Any
 from . import common
 from .common import row
 
-FULL = {"fan": 1000, "nested": (10, 10, 10), "chain": 10, "chains": 20, "repeats": 4}
+FULL = {"fan": 1000, "nested": (10, 10, 10), "chain": 10, "chains": 20, "repeats": 8}
 QUICK = {"fan": 50, "nested": (3, 3, 3), "chain": 10, "chains": 2, "repeats": 2}
 
 
