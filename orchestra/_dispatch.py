@@ -376,9 +376,16 @@ async def run_call(run: LiveRun, call: Call) -> None:
         return
     text, ok, exit_ = outcome
     run.emit("tool_result", tool=call.tool.name, call_id=call.id, ms=ms, ok=ok)
-    record_result(run, call.id, text)
+    record_result(run, call.id, text, save=not _answered_by_child(run, call))
     if exit_ is not None and run.state.status is Status.RUNNING:
         run.finish(exit_)
+
+
+def _answered_by_child(run: LiveRun, call: Call) -> bool:
+    """Whether ``call`` is a read answered by a child run: the answer is saved with
+    the child and the call is bound to it, so a crash runs the read again and it
+    gets the saved answer back (the parent need not be saved for it)."""
+    return call.tool.read_only and call.id in run.state.children
 
 
 Outcome = tuple[str, bool, Exit | None] | Interruption | ToolOutcomeUnknown

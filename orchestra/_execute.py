@@ -199,7 +199,7 @@ def child_answer(child: LiveRun) -> str:
             where = f" (in {child.state.agent} run {waiting.run_id})"
             waiting = attrs.evolve(waiting, reason=waiting.reason + where)
         raise ChildWaiting(waiting)
-    return stop_sentence(result_of(child))
+    return stop_sentence(RunResult(state=child.state))  # its state alone, not its subtree's
 
 
 def trio_deadline(run: LiveRun) -> float:

@@ -163,6 +163,63 @@ def test_a_child_running_at_a_crash_is_reattached_not_run_again() -> None:
     assert result.state.tree.cost_pico == sum(s.own.cost_pico for s in runs)
 
 
+class AnswerThenCrash:
+    """lead: two ``work`` calls, then an answer. Worker "a" answers at once; worker
+    "b" answers later, and its request crashes the process (first try)."""
+
+    def __init__(self, store: DyingStore, crash: bool) -> None:
+        self.store, self.crash = store, crash
+        self.requests: list[tuple[str, int]] = []
+
+    async def complete(self, request: ChatRequest) -> ChatReply:
+        who, turn = _question(request), _turn(request)
+        self.requests.append((who, turn))
+        if request.model == "lead":
+            if turn == 0:
+                return _reply(
+                    request,
+                    _calls(("w1", "work", {"question": "a"}), ("w2", "work", {"question": "b"})),
+                )
+            return _reply(request, _say(f"both done: {request.messages[-2]['content']}"))
+        await trio.sleep(1 if who == "a" else 5)  # both bound before "a" answers
+        if who == "b" and self.crash:
+            self.store.die()
+        return _reply(request, _say(f"{who} done"))
+
+
+def test_a_child_answer_not_yet_saved_with_its_parent_is_not_paid_again() -> None:
+    """The parent is not saved when a child's answer arrives (the child's own save
+    holds it): after a crash, the finished child's call gets that answer back."""
+    store = DyingStore()
+    first = AnswerThenCrash(store, crash=True)
+    with pytest.raises(BaseExceptionGroup) as raised:
+        trio.run(
+            _run_root,
+            Runner(provider=first, store=store),
+            _tree_agent([]),
+            clock=trio.testing.MockClock(autojump_threshold=0),
+        )
+    assert raised.group_contains(Crash)
+    assert ("a", 0) in first.requests
+    assert "w1" not in store.load("root").results  # the parent was not saved with a's answer
+
+    store.dead = False
+    second = AnswerThenCrash(store, crash=False)
+    result = trio.run(
+        _resume_root,
+        Runner(provider=second, store=store),
+        _tree_agent([]),
+        clock=trio.testing.MockClock(autojump_threshold=0),
+    )
+    assert result.status is Status.COMPLETED
+    assert ("a", 0) not in second.requests  # a's answer came from its saved state
+    answers = [m["content"] for m in result.state.messages if m["role"] == "tool"]
+    assert answers == ["a done", "b done"]
+    runs = store.tree("root")
+    assert sum(s.own.model_calls for s in runs) == 4  # lead 2, a 1, b 1 (its first try died)
+    assert result.state.tree.cost_pico == sum(s.own.cost_pico for s in runs)
+
+
 async def _run_root(runner: Runner, agent: Agent) -> Any:
     return await runner.run(agent, "go", run_id="root")
 
