@@ -99,12 +99,10 @@ class TreeModel:
         who, turn = _question(request), _turn(request)
         self.requests.append((who, turn))
         if request.model == "lead":
-            if turn == 0:
-                return _reply(
-                    request,
-                    _calls(("w1", "work", {"question": "a"}), ("w2", "work", {"question": "b"})),
-                )
-            return _reply(request, _say("both done"))
+            return _lead(request, turn)
+        return await self._worker(request, who, turn)
+
+    async def _worker(self, request: ChatRequest, who: str, turn: int) -> ChatReply:
         if who == "b":
             await trio.sleep(5)
             return _reply(request, _say("b done"))
@@ -113,6 +111,15 @@ class TreeModel:
         if self.crash:
             self.store.die()
         return _reply(request, _say("a done"))
+
+
+def _lead(request: ChatRequest, turn: int) -> ChatReply:
+    """The lead: two ``work`` calls (questions "a" and "b"), then an answer."""
+    if turn == 0:
+        return _reply(
+            request, _calls(("w1", "work", {"question": "a"}), ("w2", "work", {"question": "b"}))
+        )
+    return _reply(request, _say("both done"))
 
 
 def _tree_agent(ledger: list[str]) -> Agent:
@@ -163,24 +170,11 @@ def test_a_child_running_at_a_crash_is_reattached_not_run_again() -> None:
     assert result.state.tree.cost_pico == sum(s.own.cost_pico for s in runs)
 
 
-class AnswerThenCrash:
-    """lead: two ``work`` calls, then an answer. Worker "a" answers at once; worker
-    "b" answers later, and its request crashes the process (first try)."""
+class AnswerThenCrash(TreeModel):
+    """lead: two ``work`` calls, then an answer. Worker "a" answers after 1 s; worker
+    "b" after 5 s, and its request crashes the process (first try)."""
 
-    def __init__(self, store: DyingStore, crash: bool) -> None:
-        self.store, self.crash = store, crash
-        self.requests: list[tuple[str, int]] = []
-
-    async def complete(self, request: ChatRequest) -> ChatReply:
-        who, turn = _question(request), _turn(request)
-        self.requests.append((who, turn))
-        if request.model == "lead":
-            if turn == 0:
-                return _reply(
-                    request,
-                    _calls(("w1", "work", {"question": "a"}), ("w2", "work", {"question": "b"})),
-                )
-            return _reply(request, _say(f"both done: {request.messages[-2]['content']}"))
+    async def _worker(self, request: ChatRequest, who: str, turn: int) -> ChatReply:
         await trio.sleep(1 if who == "a" else 5)  # both bound before "a" answers
         if who == "b" and self.crash:
             self.store.die()
