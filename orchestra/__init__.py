@@ -33,14 +33,12 @@ if TYPE_CHECKING:
         ToolError,
         ToolOutcomeUnknown,
     )
-    from ._margin import FIRST_MARGIN, Calibration, Margin
+    from ._model.margin import FIRST_MARGIN, Calibration, Margin
+    from ._model.provider import ChatReply, ChatRequest, OpenAIProvider, Provider
+    from ._model.retry import RetryPolicy
     from ._money import Price, PriceTable
-    from ._provider import ChatReply, ChatRequest, OpenAIProvider, Provider
     from ._result import RunResult
-    from ._retry import RetryPolicy
     from ._runner import RunHandle, Runner
-    from ._serde import state_from_dict, state_from_json, state_to_dict, state_to_json
-    from ._sqlite import SQLiteStore, default_store_path
     from ._state import (
         Approval,
         Interruption,
@@ -52,7 +50,9 @@ if TYPE_CHECKING:
         Usage,
     )
     from ._stops import StopCondition
-    from ._store import MemoryStore, Store
+    from ._stores.memory import MemoryStore, Store
+    from ._stores.serde import state_from_dict, state_from_json, state_to_dict, state_to_json
+    from ._stores.sqlite import SQLiteStore, default_store_path
     from ._telemetry.otel import OTelTracer, configure_otlp, flush_spans
     from ._telemetry.spans import RecordingTracerProvider, SpanSink
     from ._tools import Tool, ToolContext, tool
@@ -152,16 +152,17 @@ _MODULE_OF: dict[str, str] = {
             "ToolError",
             "ToolOutcomeUnknown",
         ),
-        "_margin": ("FIRST_MARGIN", "Calibration", "Margin"),
+        "_model.margin": ("FIRST_MARGIN", "Calibration", "Margin"),
+        "_stores.memory": ("MemoryStore", "Store"),
         "_money": ("Price", "PriceTable"),
         "_telemetry.otel": ("OTelTracer", "configure_otlp", "flush_spans"),
-        "_provider": ("ChatReply", "ChatRequest", "OpenAIProvider", "Provider"),
+        "_model.provider": ("ChatReply", "ChatRequest", "OpenAIProvider", "Provider"),
         "_result": ("RunResult",),
-        "_retry": ("RetryPolicy",),
+        "_model.retry": ("RetryPolicy",),
         "_runner": ("RunHandle", "Runner"),
-        "_serde": ("state_from_dict", "state_from_json", "state_to_dict", "state_to_json"),
+        "_stores.serde": ("state_from_dict", "state_from_json", "state_to_dict", "state_to_json"),
         "_telemetry.spans": ("RecordingTracerProvider", "SpanSink"),
-        "_sqlite": ("SQLiteStore", "default_store_path"),
+        "_stores.sqlite": ("SQLiteStore", "default_store_path"),
         "_state": (
             "Approval",
             "Interruption",
@@ -173,7 +174,6 @@ _MODULE_OF: dict[str, str] = {
             "Usage",
         ),
         "_stops": ("StopCondition",),
-        "_store": ("MemoryStore", "Store"),
         "_tools": ("Tool", "ToolContext", "tool"),
     }.items()
     for name in names

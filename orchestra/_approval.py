@@ -17,9 +17,9 @@ the stop itself, so no request is left armed to stop a later resume.
 from __future__ import annotations
 
 from ._exceptions import StateError
-from ._sqlite import SQLiteStore
 from ._state import Approval, Interruption, InterruptionKind, RunState, Status
-from ._store import Store
+from ._stores.memory import Store
+from ._stores.sqlite import SQLiteStore
 
 __all__ = ["approve", "cancel_unowned", "reject", "waiting_call"]
 

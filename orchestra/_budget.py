@@ -13,7 +13,7 @@ runner's :class:`~orchestra.PriceTable`) and tokens (``Limits.max_tokens_total``
 no prices needed). Both are carved down the tree.
 
 Guarantee: with a provider whose prompt counts stay within the reserved
-margin of ours (see :mod:`orchestra._margin`: learnt per provider and model,
+margin of ours (see :mod:`orchestra._model.margin`: learnt per provider and model,
 conservative before the first reply) and which honours ``max_tokens``, no
 run's tree spend ever exceeds its budget. If it does anyway (a provider that
 ignores ``max_tokens``), the run stops ``budget_exceeded`` saying by how much,
@@ -26,12 +26,12 @@ from typing import TypeVar
 
 import attrs
 
-from ._margin import Margin
+from ._model.margin import Margin
+from ._model.provider import ChatReply
+from ._model.tokens import count_completion
 from ._money import Price, to_usd
-from ._provider import ChatReply
 from ._run import Exit, LiveRun
 from ._state import Limits, Status, Usage
-from ._tokens import count_completion
 
 _N = TypeVar("_N", int, float)
 

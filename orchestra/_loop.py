@@ -17,10 +17,10 @@ import trio
 from ._budget import Grant, check_turns, overspent_reason, reserve, settle
 from ._dispatch import dispatch, flush_results, pending_calls, record_result
 from ._exceptions import ProviderError
-from ._margin import Margin
+from ._model.margin import Margin
+from ._model.provider import ChatReply, ChatRequest, fresh_id
+from ._model.retry import complete_with_retries
 from ._money import to_usd
-from ._provider import ChatReply, ChatRequest, fresh_id
-from ._retry import complete_with_retries
 from ._run import Exit, LiveRun
 from ._state import Interruption, InterruptionKind, RunState, Status, Usage
 from ._stops import check_stops

@@ -42,7 +42,7 @@ from ._telemetry.otlp_protocol import PROTOCOLS
 
 if TYPE_CHECKING:
     from ._cli.session import Session
-    from ._sqlite import SQLiteStore
+    from ._stores.sqlite import SQLiteStore
 
 # Modules that run trees (trio, the runner, the tokenizer, OpenTelemetry, the
 # demo's tools) are imported inside the commands that need them: `--help`,
@@ -53,7 +53,7 @@ __all__ = ["main", "run"]
 
 def _store(path: str | None) -> SQLiteStore:
     """The SQLite store at ``path``, or the PostgreSQL store a postgresql:// URL names."""
-    from ._sqlite import SQLiteStore
+    from ._stores.sqlite import SQLiteStore
 
     if _distributed(path):
         from .distributed import PostgresStore
@@ -230,7 +230,7 @@ def _start(
     spans: Any = None,
 ) -> None:
     from ._execute import new_run_id
-    from ._tokens import encoding
+    from ._model.tokens import encoding
 
     if _distributed(store_path):
         from .distributed._cli import submit_and_follow
@@ -648,7 +648,7 @@ def resume(
 ) -> None:
     """Continue a stopped run (after an approval, a cancel, a crash or a raised limit)."""
     from ._cli.session import Session
-    from ._tokens import encoding
+    from ._model.tokens import encoding
 
     store, state = _loaded(store_path, run_id)
     if _distributed(store_path):

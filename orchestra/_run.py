@@ -18,17 +18,17 @@ import trio
 
 from ._agent import Agent
 from ._exceptions import LeaseLost
+from ._model.tokens import MessageCounter
 from ._money import to_usd
 from ._redact import redact
 from ._state import Interruption, RunState, Status, Usage
-from ._tokens import MessageCounter
 
 if TYPE_CHECKING:
-    from ._margin import Margin
+    from ._model.margin import Margin
+    from ._model.provider import Provider
+    from ._model.retry import RetryPolicy
     from ._money import PriceTable
-    from ._provider import Provider
-    from ._retry import RetryPolicy
-    from ._store import Store
+    from ._stores.memory import Store
 
 __all__ = ["ChildWaiting", "Exit", "Host", "Ledger", "LiveRun"]
 

@@ -35,15 +35,15 @@ from ._cancelled import cancelled_unwrapped
 from ._events import Event, EventSink, event_record
 from ._exceptions import LeaseError, LeaseLost, StateError
 from ._execute import execute, load_live, new_state, reopen, result_of, spawn_child
-from ._margin import Calibration, Margin, provider_key
+from ._model.margin import Calibration, Margin, provider_key
+from ._model.provider import Provider
+from ._model.retry import RetryPolicy
 from ._money import PriceTable
-from ._provider import Provider
 from ._redact import redact_data
 from ._result import RunResult
-from ._retry import RetryPolicy
 from ._run import Ledger, LiveRun
 from ._state import Interruption, Limits, RunState, Status
-from ._store import MemoryStore, Store
+from ._stores.memory import MemoryStore, Store
 
 __all__ = ["RunHandle", "Runner"]
 

@@ -22,10 +22,10 @@ from orchestra import (
     ToolContext,
     tool,
 )
+from orchestra._model.tokens import count_completion, count_prompt, encoding
 from orchestra._money import from_usd
 from orchestra._run import LiveRun
 from orchestra._state import RunState, Usage
-from orchestra._tokens import count_completion, count_prompt, encoding
 
 # -- the scripted research demo ----------------------------------------------
 

@@ -26,7 +26,7 @@ from orchestra import (
     ToolError,
     catalog,
 )
-from orchestra._tokens import count_completion, count_prompt
+from orchestra._model.tokens import count_completion, count_prompt
 from orchestra._tools import Tool
 
 HUGE = 200 * 1024 * 1024

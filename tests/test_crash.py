@@ -32,8 +32,8 @@ from orchestra import (
     ToolContext,
     tool,
 )
-from orchestra._sqlite import SQLiteStore
-from orchestra._tokens import count_completion, count_prompt
+from orchestra._model.tokens import count_completion, count_prompt
+from orchestra._stores.sqlite import SQLiteStore
 
 TURNS = 6  # each turn: one read and two writes, then a final answer
 RUN_ID = "run_crash"

@@ -56,8 +56,8 @@ from orchestra import (
     tool,
 )
 from orchestra._approval import approve, reject
+from orchestra._model.tokens import count_completion, count_prompt, encoding
 from orchestra._money import from_usd
-from orchestra._tokens import count_completion, count_prompt, encoding
 
 SEED = int(os.environ.get("ORCHESTRA_CRASH_SEED", "1729"))
 TARGET_KILLS = int(os.environ.get("ORCHESTRA_CRASH_KILLS", "120"))

@@ -31,7 +31,7 @@ from orchestra import (
     ToolContext,
     tool,
 )
-from orchestra._tokens import count_completion, count_prompt
+from orchestra._model.tokens import count_completion, count_prompt
 
 
 class Crash(BaseException):

@@ -17,7 +17,7 @@ from orchestra import (
     Runner,
     Status,
 )
-from orchestra._tokens import count_prompt
+from orchestra._model.tokens import count_prompt
 
 
 async def test_plan_completes_in_three_turns(run_scenario, events):

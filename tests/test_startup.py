@@ -27,7 +27,7 @@ if args != ["--import-only"]:
         pass
 else:
     import orchestra
-tokens = sys.modules.get("orchestra._tokens")
+tokens = sys.modules.get("orchestra._model.tokens")
 built = bool(tokens and tokens.encoding.cache_info().currsize)
 print("\\nPROBE " + json.dumps({"modules": sorted(sys.modules), "tokenizer_built": built}))
 """

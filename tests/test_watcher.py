@@ -10,7 +10,7 @@ import trio
 
 from orchestra import Runner, Status
 from orchestra._cli.demo import demo_task
-from orchestra._sqlite import SQLiteStore
+from orchestra._stores.sqlite import SQLiteStore
 
 
 class CountingStore(SQLiteStore):

@@ -54,10 +54,10 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 from orchestra import MemoryStore, OpenAIProvider, Runner, Status
 from orchestra._cli.demo import demo_agent, demo_task
+from orchestra._model.tokens import encoding
 from orchestra._telemetry.otel import OTelTracer, configure_otlp
 from orchestra._telemetry.otlp_child import exporter_for
 from orchestra._telemetry.spans import Record, RecordingTracerProvider
-from orchestra._tokens import encoding
 from orchestra.testing import ScriptedTransport, make_sandbox, scripted_server
 
 SERVICE = "orchestra-bench"

@@ -57,10 +57,10 @@ import trio
 
 from orchestra import Agent, Event, Limits, MemoryStore, OpenAIProvider, RetryPolicy, Runner, Status
 from orchestra._cli.demo import demo_agent, demo_task
+from orchestra._model.tokens import encoding
 from orchestra._result import RunResult
-from orchestra._sqlite import SQLiteStore
-from orchestra._store import Store
-from orchestra._tokens import encoding
+from orchestra._stores.memory import Store
+from orchestra._stores.sqlite import SQLiteStore
 from orchestra.testing import make_sandbox, scripted_server
 
 SCENARIOS = ("plan", "plan", "plan", "recover", "repeat", "research", "destructive", "runaway")

@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 import click
 
-from .._margin import Margin
+from .._model.margin import Margin
 from .._money import Price, PriceTable
 from .options import PRICE, TOKENS, Number, count
 

@@ -28,7 +28,7 @@ from .money import Money
 
 if TYPE_CHECKING:  # imported where used: `orchestra --help` and `show` need none of them
     from .._agent import Agent, ToolPolicy
-    from .._provider import OpenAIProvider
+    from .._model.provider import OpenAIProvider
     from .._tools import Tool
 
 __all__ = ["Recipe"]
@@ -191,7 +191,7 @@ class Recipe:
     @asynccontextmanager
     async def provider(self, api_key: str = "") -> AsyncIterator[OpenAIProvider]:
         """A provider for this recipe (the embedded scripted server for a demo)."""
-        from .._provider import OpenAIProvider
+        from .._model.provider import OpenAIProvider
 
         if self.scenario is None:
             provider = OpenAIProvider(

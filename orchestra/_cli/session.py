@@ -22,7 +22,7 @@ from .._exceptions import RunNotFound
 from .._result import RunResult, child_order
 from .._runner import Runner
 from .._state import RunState, Status
-from .._store import Store
+from .._stores.memory import Store
 from .._tools import Tool
 from .recipe import Recipe
 

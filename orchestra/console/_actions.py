@@ -18,8 +18,8 @@ import socket
 from .._approval import approve, cancel_unowned, reject
 from .._cli.recipe import Recipe
 from .._exceptions import StateError
-from .._sqlite import SQLiteStore
 from .._state import Status
+from .._stores.sqlite import SQLiteStore
 
 __all__ = ["STOP_REASON", "approve_call", "check_resumable", "reject_call", "stop_tree"]
 

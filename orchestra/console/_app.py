@@ -39,7 +39,7 @@ from starlette.types import ASGIApp
 
 from .._exceptions import ConfigError, OrchestraError, RunNotFound
 from .._redact import redact
-from .._sqlite import SQLiteStore
+from .._stores.sqlite import SQLiteStore
 from . import _actions
 from ._guard import Guard, Sessions
 from ._html import Html, h

@@ -13,8 +13,8 @@ from .._cli.recipe import Recipe
 from .._cli.session import decisions, tree_result
 from .._exceptions import StateError
 from .._result import RunResult
-from .._sqlite import SQLiteStore
 from .._state import RunState, Status, Usage
+from .._stores.sqlite import SQLiteStore
 
 __all__ = ["TreeSnapshot", "read_runs", "read_tree"]
 

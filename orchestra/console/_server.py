@@ -19,7 +19,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 from hypercorn.typing import ASGIFramework
 
-from .._sqlite import SQLiteStore
+from .._stores.sqlite import SQLiteStore
 from ._app import Console, build_app
 from ._launches import Launches
 

@@ -1,9 +1,9 @@
 """A store in PostgreSQL, shared by the worker processes of several machines.
 
 :class:`PostgresStore` has the public surface and the semantics of
-:class:`~orchestra._sqlite.SQLiteStore` (so the CLI and the Runner can use
+:class:`~orchestra._stores.sqlite.SQLiteStore` (so the CLI and the Runner can use
 either): run states with append-only transcripts (see
-:mod:`orchestra._transcripts`), events, cancel requests and leases with fenced
+:mod:`orchestra._stores.transcripts`), events, cancel requests and leases with fenced
 saves. On top of that it records, per run, which worker executes it now
 (``executor``) and how many times it was (re)queued (``attempt``), for the
 distributed worker.
@@ -48,7 +48,8 @@ from .._exceptions import (
     StoreError,
     StoreUnreachable,
 )
-from .._sqlite import (
+from .._state import Interruption, InterruptionKind, RunState, Status
+from .._stores.sqlite import (
     _alive,
     _checked_ttl,
     _event_row,
@@ -57,8 +58,7 @@ from .._sqlite import (
     _not_held,
     _now,
 )
-from .._state import Interruption, InterruptionKind, RunState, Status
-from .._transcripts import SavedTranscripts, head_json, joined, store_rows
+from .._stores.transcripts import SavedTranscripts, head_json, joined, store_rows
 
 _R = TypeVar("_R")
 

@@ -40,8 +40,8 @@ from .._cli.recipe import Recipe
 from .._events import EventSink
 from .._exceptions import ConfigError, StateError, StoreUnreachable
 from .._execute import execute, trio_deadline
+from .._model.provider import OpenAIProvider
 from .._money import PriceTable
-from .._provider import OpenAIProvider
 from .._run import LiveRun
 from .._state import RunState, Status
 from . import _dbos

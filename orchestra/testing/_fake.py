@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from .._provider import ChatReply, ChatRequest
-from .._tokens import count_completion, count_prompt
+from .._model.provider import ChatReply, ChatRequest
+from .._model.tokens import count_completion, count_prompt
 
 __all__ = ["DONE", "FakeProvider", "tool_calls"]
 

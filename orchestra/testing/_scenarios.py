@@ -3,7 +3,7 @@
 Each scenario is a small script: given a :class:`Conversation` (a read-only
 view of the request's messages) it picks the next assistant message, either
 prose or tool calls. :func:`reply` wraps that message in a full
-``chat.completion`` object, counting usage with :mod:`orchestra._tokens` so the
+``chat.completion`` object, counting usage with :mod:`orchestra._model.tokens` so the
 numbers agree exactly with what our client reserves.
 
 The bottom of the module describes the HTTP surface as data
@@ -22,7 +22,7 @@ from typing import Any, Final, TypeAlias
 
 import attrs
 
-from .._tokens import count_completion, count_prompt, count_text, encoding
+from .._model.tokens import count_completion, count_prompt, count_text, encoding
 
 __all__ = [
     "LATENCY_HEADER",

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from orchestra._cli.errors import INTERNAL, OPERATIONAL, USAGE, status_exit, translated
 from orchestra._exceptions import ConfigError, LeaseError, StateError
 from orchestra._main import main
-from orchestra._sqlite import SQLiteStore
 from orchestra._state import Status
+from orchestra._stores.sqlite import SQLiteStore
 
 ORCHESTRA = [sys.executable, "-m", "orchestra"]
 

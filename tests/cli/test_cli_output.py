@@ -21,8 +21,8 @@ from orchestra._cli.session import Session, _live_view, report, with_stored_chil
 from orchestra._cli.view import Node, tree_lines
 from orchestra._events import Event
 from orchestra._main import main
-from orchestra._sqlite import SQLiteStore
-from orchestra._store import MemoryStore
+from orchestra._stores.memory import MemoryStore
+from orchestra._stores.sqlite import SQLiteStore
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 PLAIN = {"COLUMNS": "80", "NO_COLOR": None, "FORCE_COLOR": None, "TTY_COMPATIBLE": None}

@@ -15,7 +15,7 @@ import pytest
 from cli_processes import ENDLESS, reap
 
 from orchestra import Status
-from orchestra._sqlite import SQLiteStore
+from orchestra._stores.sqlite import SQLiteStore
 
 ORCHESTRA = [sys.executable, "-c", "from orchestra._main import run; run()"]
 

@@ -16,8 +16,8 @@ from orchestra._cli.options import CATALOG_TOOLS, READ_ONLY_TOOLS
 from orchestra._cli.recipe import Recipe
 from orchestra._exceptions import StateError
 from orchestra._main import main
-from orchestra._sqlite import SQLiteStore
 from orchestra._state import Limits, RunState
+from orchestra._stores.sqlite import SQLiteStore
 from orchestra.testing import make_sandbox
 
 ORCHESTRA = [sys.executable, "-m", "orchestra"]

@@ -17,11 +17,11 @@ import trio
 from orchestra import Agent, Limits, MemoryStore, Runner, Status
 from orchestra._budget import Grant, carve, reserve, settle
 from orchestra._execute import new_state
-from orchestra._margin import Margin
-from orchestra._provider import ChatReply
+from orchestra._model.margin import Margin
+from orchestra._model.provider import ChatReply
 from orchestra._run import Exit, LiveRun
-from orchestra._serde import state_from_dict, state_to_dict
 from orchestra._state import RunState
+from orchestra._stores.serde import state_from_dict, state_to_dict
 from orchestra.distributed import PostgresLedger, PostgresStore
 from orchestra.testing import ScriptedTransport
 

@@ -24,10 +24,10 @@ from orchestra._exceptions import (
     StoreError,
     StoreUnreachable,
 )
-from orchestra._serde import state_to_dict
-from orchestra._sqlite import SQLiteStore
 from orchestra._state import InterruptionKind, RunState, Status
-from orchestra._store import Store
+from orchestra._stores.memory import Store
+from orchestra._stores.serde import state_to_dict
+from orchestra._stores.sqlite import SQLiteStore
 from orchestra.distributed._pgstore import PostgresStore, redacted
 
 AnyStore = SQLiteStore | PostgresStore

@@ -24,7 +24,7 @@ from orchestra import (
     Runner,
 )
 from orchestra._cli.demo import demo_task
-from orchestra._provider import parse_reply, provider_name_for
+from orchestra._model.provider import parse_reply, provider_name_for
 from orchestra._redact import REDACTED
 from orchestra._telemetry.otel import (
     SCHEMA_URL,

@@ -454,7 +454,7 @@ def test_a_child_stopped_by_its_budget_shows_as_an_error_in_jaeger(
 def killed_slow_tree(store: Path, box: Path, env: dict[str, str], jaeger: str, service: str) -> str:
     """``orchestra demo slow_tree --otlp`` SIGKILLed while its children scan (3 s each),
     once Jaeger holds the chat spans of all 4 runs; returns the root run id."""
-    from orchestra._sqlite import SQLiteStore  # this test's only use of orchestra itself
+    from orchestra._stores.sqlite import SQLiteStore  # this test's only use of orchestra itself
 
     command = ["demo", "slow_tree", "--otlp", "--store", str(store), "--dir", str(box), "--json"]
     process = subprocess.Popen(

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestra._tokens import count_completion, count_prompt, count_text
+from orchestra._model.tokens import count_completion, count_prompt, count_text
 from orchestra.testing import SANDBOX_FILES, SCENARIOS, ScriptError, make_sandbox, reply
 
 PLAN_ANSWER = "errors.log mentions a timeout: worker 7 timed out after 30000 ms."

@@ -1,12 +1,12 @@
 """Prompt-count cost per turn: what the budget gate spends counting the prompt.
 
 Before every model call the loop counts the prompt with tiktoken's o200k_base
-(``orchestra/_tokens.py``): an incremental ``MessageCounter`` that counts
+(``orchestra/_model/tokens.py``): an incremental ``MessageCounter`` that counts
 each new message once. This grows a ``runaway``-shaped transcript (a tool
 call and a file's text per turn) and times, at turns T, the counter's call for
 that turn (the median of turns T−4..T, fed in order as a run does) against a
 full recount of the same prompt with ``count_prompt`` (the baseline), both
-with the agent's tool declarations. Not public API: if ``orchestra._tokens``
+with the agent's tool declarations. Not public API: if ``orchestra._model.tokens``
 changes shape, this section reports an error and the rest of the suite runs.
 """
 
@@ -52,7 +52,7 @@ def _snapshots(turns: int) -> list[list[dict[str, Any]]]:
 
 
 def run(quick: bool) -> common.Section:
-    from orchestra._tokens import MessageCounter, count_prompt
+    from orchestra._model.tokens import MessageCounter, count_prompt
 
     p = QUICK if quick else FULL
     common.warm_tokenizer()

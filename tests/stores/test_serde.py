@@ -25,7 +25,7 @@ from orchestra import (
     state_to_json,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 json_scalars = st.none() | st.booleans() | st.integers(-(10**9), 10**9) | st.text(max_size=20)
 messages = st.lists(
@@ -93,7 +93,7 @@ def test_the_saved_head_is_the_state_without_its_transcript(
     status, cost, args, max_budget, reason, raised
 ):
     from orchestra._state import LimitRaise
-    from orchestra._transcripts import head_json, joined
+    from orchestra._stores.transcripts import head_json, joined
 
     limits = Limits(max_turns=3, max_budget_usd=max_budget)
     state = RunState(

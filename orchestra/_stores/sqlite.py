@@ -6,11 +6,11 @@ is one ``BEGIN IMMEDIATE`` transaction: it takes the file's write lock up
 front (waiting up to :data:`BUSY_TIMEOUT_S` for another writer), so a
 read-then-write (a lease check, a cancel request) cannot race another process.
 
-Besides the :class:`~orchestra._store.Store` protocol, the store keeps cancel
+Besides the :class:`~orchestra._stores.memory.Store` protocol, the store keeps cancel
 requests (so ``orchestra cancel`` in one process can stop a tree running in
 another) and leases (so only one process runs a tree at a time).
 
-Transcripts are appended, not rewritten (see :mod:`orchestra._transcripts`):
+Transcripts are appended, not rewritten (see :mod:`orchestra._stores.transcripts`):
 a run's row holds its state without ``messages``, and each message is a row
 of ``messages``; a save writes the row and the messages added since the last
 save, so its cost does not grow with the run. Reads of a state and its
@@ -38,9 +38,9 @@ from typing import Any, Self
 
 import orjson
 
-from ._exceptions import ConfigError, LeaseError, LeaseLost, RunNotFound, StateError, StoreError
-from ._state import RunState
-from ._transcripts import SavedTranscripts, joined, message_json, store_rows
+from .._exceptions import ConfigError, LeaseError, LeaseLost, RunNotFound, StateError, StoreError
+from .._state import RunState
+from .transcripts import SavedTranscripts, joined, message_json, store_rows
 
 __all__ = ["BUSY_TIMEOUT_S", "STORE_SCHEMA_VERSION", "SQLiteStore", "default_store_path"]
 

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from orchestra import _transcripts
 from orchestra._exceptions import (
     ConfigError,
     LeaseError,
@@ -24,10 +23,11 @@ from orchestra._exceptions import (
     SchemaVersionError,
     StateError,
 )
-from orchestra._serde import state_to_dict
-from orchestra._sqlite import STORE_SCHEMA_VERSION, SQLiteStore, default_store_path
 from orchestra._state import RunState, Status
-from orchestra._store import Store
+from orchestra._stores import transcripts
+from orchestra._stores.memory import Store
+from orchestra._stores.serde import state_to_dict
+from orchestra._stores.sqlite import STORE_SCHEMA_VERSION, SQLiteStore, default_store_path
 
 
 def make_state(
@@ -270,7 +270,7 @@ def test_save_failing_to_serialise_keeps_previous_state(
     def boom(state: RunState) -> str:
         raise StateError("cannot serialise")
 
-    monkeypatch.setattr(_transcripts, "head_json", boom)
+    monkeypatch.setattr(transcripts, "head_json", boom)
     with pytest.raises(StateError, match="cannot serialise"):
         store.save(make_state(content="new"))
     assert store.load("r1").messages[0]["content"] == "old"
@@ -278,7 +278,7 @@ def test_save_failing_to_serialise_keeps_previous_state(
 
 CRASH_MID_SAVE = """
 import os, sys
-from orchestra._sqlite import SQLiteStore
+from orchestra._stores.sqlite import SQLiteStore
 from orchestra._state import RunState
 
 store = SQLiteStore(sys.argv[1])
@@ -431,7 +431,7 @@ def test_bad_ttl(store: SQLiteStore, ttl: float) -> None:
 
 ACQUIRE_IN_CHILD = """
 import os, socket, sys
-from orchestra._sqlite import SQLiteStore
+from orchestra._stores.sqlite import SQLiteStore
 
 owner = f"pid {os.getpid()} on {socket.gethostname()}"
 with SQLiteStore(sys.argv[1]) as store:
@@ -466,7 +466,7 @@ RACE_FOR_LEASE = """
 import os, sys, time
 from pathlib import Path
 from orchestra._exceptions import LeaseError
-from orchestra._sqlite import SQLiteStore
+from orchestra._stores.sqlite import SQLiteStore
 
 db, ready, go = sys.argv[1:]
 with SQLiteStore(db) as store:

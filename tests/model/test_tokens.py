@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestra._tokens import (
+from orchestra._model.tokens import (
     PER_MESSAGE,
     MessageCounter,
     count_completion,

@@ -20,8 +20,8 @@ from collections.abc import Awaitable, Callable
 import attrs
 import stamina
 
-from ._exceptions import ConfigError, ProviderError, ProviderHTTPError
-from ._provider import ChatReply
+from .._exceptions import ConfigError, ProviderError, ProviderHTTPError
+from .provider import ChatReply
 
 __all__ = ["RETRY_STATUSES", "RetryPolicy", "complete_with_retries"]
 

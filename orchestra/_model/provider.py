@@ -34,9 +34,9 @@ from urllib.parse import urlsplit
 import attrs
 import orjson
 
-from ._exceptions import ConfigError, ProviderHTTPError, ProviderReplyError
-from ._recover import cut_call, declared_names, recover_tool_calls
-from ._redact import excerpt, redact, register
+from .._exceptions import ConfigError, ProviderHTTPError, ProviderReplyError
+from .._redact import excerpt, redact, register
+from .recover import cut_call, declared_names, recover_tool_calls
 
 if TYPE_CHECKING:  # imported by the client that uses it: `orchestra show` needs none
     import httpx
@@ -196,14 +196,14 @@ class OpenAIProvider:
 
     ``recover_tool_calls=True`` reads tool calls a model wrote into its
     content as JSON (bare, fenced or in ``<tool_call>`` tags) back into
-    ``tool_calls`` when they name a declared tool (see :mod:`orchestra._recover`).
+    ``tool_calls`` when they name a declared tool (see :mod:`orchestra._model.recover`).
     Always, a reply cut at ``max_tokens`` while writing such a call (which
     llama.cpp returns as content) is read as that one cut call, so the loop
     answers it as cut rather than take the fragment for the answer.
 
     Concurrency: at most ``max_connections`` requests are in flight at once;
     the others wait their turn, first come first served (see
-    :mod:`orchestra._http`: admission in front of small connection pools, so
+    :mod:`orchestra._model.http`: admission in front of small connection pools, so
     10,000 runs sharing one provider queue at no cost per waiter). Time spent
     waiting for a turn does not count against ``timeout`` (the run's deadline
     still bounds it); a cancelled call just leaves the queue.
@@ -234,7 +234,7 @@ class OpenAIProvider:
             raise ConfigError(
                 f"max_connections must be a whole number >= 1, got {max_connections!r}"
             )
-        from ._http import Endpoint
+        from .http import Endpoint
 
         self._endpoint = Endpoint(
             base_url=self.base_url,
@@ -325,7 +325,7 @@ def _until(http_date: str, now: datetime | None) -> float:
 
 
 class Body(Protocol):
-    """A response's body, read (an :class:`~orchestra._http.HTTPReply`, an ``httpx.Response``)."""
+    """A response's body, read (an :class:`~.http.HTTPReply`, an ``httpx.Response``)."""
 
     @property
     def content(self) -> bytes: ...

@@ -30,7 +30,7 @@ from typing import Any
 
 import attrs
 
-from ._exceptions import ConfigError
+from .._exceptions import ConfigError
 
 __all__ = ["FIRST_MARGIN", "PAD", "Calibration", "Margin", "provider_key"]
 

@@ -12,8 +12,8 @@ import trio
 import trio.testing
 
 from orchestra import ConfigError, OpenAIProvider, ProviderHTTPError, RetryPolicy
-from orchestra._http import SHARD_CONNECTIONS, Endpoint, proxy_for
-from orchestra._provider import ChatRequest
+from orchestra._model.http import SHARD_CONNECTIONS, Endpoint, proxy_for
+from orchestra._model.provider import ChatRequest
 
 PLAN = ChatRequest(model="plan", messages=[{"role": "user", "content": "Why did it fail?"}])
 

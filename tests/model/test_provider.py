@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from orchestra import OpenAIProvider, ProviderHTTPError, ProviderReplyError
-from orchestra._provider import ChatRequest, parse_reply
+from orchestra._model.provider import ChatRequest, parse_reply
 
 DEEP = "[" * 100_000 + "]" * 100_000
 
@@ -128,7 +128,7 @@ def test_arguments_sent_as_an_object_become_json_text():
 def test_retry_after_reads_seconds_or_an_http_date(header, seconds):
     from datetime import UTC, datetime
 
-    from orchestra._provider import retry_after
+    from orchestra._model.provider import retry_after
 
     now = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
     assert retry_after(header, now=now) == seconds

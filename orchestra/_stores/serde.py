@@ -12,9 +12,9 @@ from typing import Any
 import cattrs
 import orjson
 
-from ._exceptions import SchemaVersionError, StateError
-from ._redact import redact
-from ._state import SCHEMA_VERSION, RunState
+from .._exceptions import SchemaVersionError, StateError
+from .._redact import redact
+from .._state import SCHEMA_VERSION, RunState
 
 __all__ = ["state_from_dict", "state_from_json", "state_to_dict", "state_to_json"]
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import orjson
 
-from ._exceptions import StateError
-from ._redact import redact
-from ._serde import state_from_dict
-from ._state import Interruption, LimitRaise, RunState
+from .._exceptions import StateError
+from .._redact import redact
+from .._state import Interruption, LimitRaise, RunState
+from .serde import state_from_dict
 
 __all__ = ["SavedTranscripts", "head_json", "joined", "message_json", "store_rows"]
 
@@ -30,7 +30,7 @@ __all__ = ["SavedTranscripts", "head_json", "joined", "message_json", "store_row
 def head_json(state: RunState) -> str:
     """The state without its transcript, as JSON text (see :func:`joined`).
 
-    The same document as :func:`~orchestra._serde.state_to_dict` minus
+    The same document as :func:`~orchestra._stores.serde.state_to_dict` minus
     ``messages`` (a test holds them equal), built by hand: it is written at
     every step, and orjson takes the state's dicts and lists as they are
     where the converter would copy each one first.

@@ -3,7 +3,7 @@
 The interface is small on purpose: save a state, load one, list some, append
 and read events. ``save`` is synchronous and atomic: a run's state is replaced
 whole or not at all. Stores append transcripts rather than rewrite them (see
-:mod:`orchestra._transcripts`), so a save costs what the step added.
+:mod:`orchestra._stores.transcripts`), so a save costs what the step added.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any, Protocol
 
 import orjson
 
-from ._exceptions import RunNotFound
-from ._state import RunState
-from ._transcripts import SavedTranscripts, head_json, joined, message_json
+from .._exceptions import RunNotFound
+from .._state import RunState
+from .transcripts import SavedTranscripts, head_json, joined, message_json
 
 __all__ = ["MemoryStore", "Store"]
 

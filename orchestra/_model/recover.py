@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ._tools import MAX_ARGUMENT_DEPTH, json_depth
+from .._tools import MAX_ARGUMENT_DEPTH, json_depth
 
 __all__ = ["cut_call", "declared_names", "recover_tool_calls"]
 

@@ -32,7 +32,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._exceptions import TokenizerError
+from .._exceptions import TokenizerError
 
 if TYPE_CHECKING:
     import tiktoken
