@@ -158,12 +158,16 @@ class LiveRun:
     """Trio time this process started executing the run (its elapsed time is
     added to ``state.elapsed_s`` when it finishes)."""
 
-    def lineage(self) -> Iterator[LiveRun]:
+    _lineage: tuple[LiveRun, ...] = attrs.field(init=False, repr=False)
+    """This run and its ancestors (a run's parent never changes)."""
+
+    @_lineage.default
+    def _lineage_of(self) -> tuple[LiveRun, ...]:
+        return (self,) if self.parent is None else (self, *self.parent._lineage)
+
+    def lineage(self) -> tuple[LiveRun, ...]:
         """This run, then its parent, up to the root."""
-        node: LiveRun | None = self
-        while node is not None:
-            yield node
-            node = node.parent
+        return self._lineage
 
     def subtree(self) -> Iterator[LiveRun]:
         """This run and every live descendant."""
@@ -181,8 +185,12 @@ class LiveRun:
 
     def _left(self, measure: Callable[[LiveRun], int | None]) -> tuple[int, LiveRun] | None:
         """The least ``measure`` over this run's lineage (None: unbounded), and its run."""
-        left = [(value, node) for node in self.lineage() if (value := measure(node)) is not None]
-        return min(left, key=lambda pair: pair[0]) if left else None
+        least: tuple[int, LiveRun] | None = None
+        for node in self._lineage:
+            value = measure(node)
+            if value is not None and (least is None or value < least[0]):
+                least = (value, node)
+        return least
 
     def available_pico(self) -> int | None:
         """What this run may still commit: the least left over it and its ancestors."""
