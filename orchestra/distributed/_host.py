@@ -116,7 +116,7 @@ class WorkerRunner(Runner):
         if isinstance(carved, str):
             return f"{agent.name} was not started: {carved}."
         state = new_state(agent, task, carved, parent, call_id, child_id)
-        depth = sum(1 for _ in parent.lineage())
+        depth = len(parent.lineage())
         await in_thread(self._ledger.open_node, state, depth)
         if child_id is None:
             parent.state.children[call_id] = state.run_id

@@ -182,7 +182,7 @@ class PostgresLedger:
     def _guarded(self, run: LiveRun, decide: Callable[[], _T]) -> _T:
         """``decide`` in one transaction; if that fails, the live lineage's
         numbers (and the run's own usage) are left as they were before it."""
-        nodes = list(run.lineage())
+        nodes = run.lineage()
         before = [_Numbers.of(node) for node in nodes]
         own = run.state.own
         try:
@@ -200,7 +200,7 @@ class PostgresLedger:
         """Within ``conn``'s transaction: lock and load the lineage, ``decide``,
         write back what changed, and record the hold and spend (``lost``: a
         charge for a call whose outcome was never recorded)."""
-        nodes = list(run.lineage())
+        nodes = run.lineage()
         _load(conn, nodes)
         before = [_Numbers.of(node) for node in nodes]
         own = run.state.own

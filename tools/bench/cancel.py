@@ -87,14 +87,6 @@ def _leaves(spec: tuple[int, ...]) -> int:
     return n
 
 
-def _runs(spec: tuple[int, ...]) -> int:
-    total, level = 1, 1
-    for size in spec:
-        level *= size
-        total += level
-    return total
-
-
 async def _cancel_once(spec: tuple[int, ...], store: Any) -> tuple[float, float]:
     """ms until the last run was saved ``interrupted``, ms until ``handle.wait()`` returned."""
     import trio
@@ -117,7 +109,7 @@ async def _cancel_once(spec: tuple[int, ...], store: Any) -> tuple[float, float]
         done = time.perf_counter()
     await provider.aclose()
     tree = result.walk()
-    assert len(tree) == _runs(spec), len(tree)
+    assert len(tree) == common.tree_runs(spec), len(tree)
     assert all(r.status is Status.INTERRUPTED for r in tree)
     assert store.load(result.state.run_id).status is Status.INTERRUPTED
     assert len(clock.stopped) == len(tree)
@@ -130,7 +122,7 @@ async def _bare_once(spec: tuple[int, ...]) -> float:
 
     started = 0
     ready = trio.Event()
-    total = _runs(spec)
+    total = common.tree_runs(spec)
 
     async def node(sizes: tuple[int, ...]) -> None:
         nonlocal started
@@ -164,7 +156,7 @@ def run(quick: bool) -> common.Section:
     rows: list[common.Row] = []
     targets = []
     for spec in p["trees"]:
-        runs = _runs(spec)
+        runs = common.tree_runs(spec)
         got: dict[str, list[tuple[float, float]]] = {"memory": [], "sqlite": []}
         bare: list[float] = []
         for i in range(p["repeats"][spec]):
@@ -205,7 +197,7 @@ def run(quick: bool) -> common.Section:
                     sqlite["median"] <= 10,
                 )
             )
-    repeats = ", ".join(f"{_runs(s):,} runs: {n}" for s, n in p["repeats"].items())
+    repeats = ", ".join(f"{common.tree_runs(s):,} runs: {n}" for s, n in p["repeats"].items())
     return common.section(
         "cancel",
         "Cancel a tree",

@@ -364,6 +364,15 @@ def plan_agent(directory: Path, model: str = "plan", **options: Any) -> Any:
     return Agent(name="assistant", model=model, instructions=INSTRUCTIONS, tools=tools, **options)
 
 
+def tree_runs(spec: tuple[int, ...]) -> int:
+    """Runs in a ``tree`` scenario of that shape (children per level), its root included."""
+    total, level = 1, 1
+    for size in spec:
+        level *= size
+        total += level
+    return total
+
+
 def tree_agent(directory: Path, levels: int) -> Any:
     """An agent for the ``tree`` scenario whose ``research`` tool nests ``levels`` deep."""
     from orchestra import Agent, catalog

@@ -27,15 +27,6 @@ FULL = {"fan": 1000, "nested": (10, 10, 10), "chain": 10, "chains": 20, "repeats
 QUICK = {"fan": 50, "nested": (3, 3, 3), "chain": 10, "chains": 2, "repeats": 2}
 
 
-def _count(spec: tuple[int, ...]) -> int:
-    """Runs in a tree of that shape, its root included."""
-    total, level = 1, 1
-    for size in spec:
-        level *= size
-        total += level
-    return total
-
-
 async def _tree(url: str, spec: tuple[int, ...], copies: int) -> tuple[float, float, int, int]:
     """Wall and CPU seconds, model calls and runs of ``copies`` trees of this shape, one
     after another."""
@@ -58,7 +49,7 @@ async def _tree(url: str, spec: tuple[int, ...], copies: int) -> tuple[float, fl
         assert all(r.status is Status.COMPLETED for r in tree), result.state.reason
         calls += sum(r.state.turns for r in tree)
         runs += len(tree)
-    assert runs == copies * _count(spec), runs
+    assert runs == copies * common.tree_runs(spec), runs
     return seconds, cpu, calls, runs
 
 
@@ -105,7 +96,7 @@ def run(quick: bool) -> common.Section:
         trio.run(_tree, url, (3, 3), 1)  # warm up
         for i in range(p["repeats"]):
             for name, (spec, copies) in shapes.items():
-                runs = copies * _count(spec)
+                runs = copies * common.tree_runs(spec)
                 if i % 2:  # alternate which goes first: neither inherits the other's state
                     flat_wall, flat_cpu, flat_calls = trio.run(_flat, url, runs)
                 wall, cpu, calls, runs = trio.run(_tree, url, spec, copies)
