@@ -129,12 +129,12 @@ def cancel_unowned(store: SQLiteStore, run_id: str, reason: str, owner: str) -> 
         LeaseError: a process holds the tree after all.
     """
     root_id = store.load(run_id).root_id
-    store.acquire_lease(root_id, owner)
+    fence = store.acquire_lease(root_id, owner)
     try:
         stopped = [s for s in _subtree(store.tree(root_id), run_id) if not s.status.terminal]
         for state in stopped:
             _stop(state, reason)
-            store.save(state, owner=owner)
+            store.save(state, fence=fence)
         store.clear_cancels(root_id)
     finally:
         store.release_lease(root_id, owner)

@@ -43,6 +43,7 @@ from ._redact import redact_data
 from ._result import RunResult
 from ._run import Ledger, LiveRun
 from ._state import Interruption, Limits, RunState, Status
+from ._stores.fence import Fence
 from ._stores.memory import MemoryStore, Store
 
 __all__ = ["RunHandle", "Runner"]
@@ -123,6 +124,8 @@ class Runner:
     """Trees being cancelled: their saves wait to be made together."""
     _watched: dict[str, float] = attrs.field(factory=dict, init=False)
     """Trees this runner executes with a lease, and when each lease is next renewed."""
+    _fences: dict[str, Fence] = attrs.field(factory=dict, init=False)
+    """The lease this runner took on each tree it executes (saves are fenced by it)."""
     _poller: trio.Event | None = attrs.field(default=None, init=False)
     """Set when the watcher that polls for every tree stops (another takes over)."""
     owner: str = attrs.field(factory=lambda: f"pid {os.getpid()} on {socket.gethostname()}")
@@ -189,10 +192,7 @@ class Runner:
                 self._save_stopped(state.root_id)  # the root stops last: the tree is saved
             return
         try:
-            if self._leases:
-                self.store.save(state, events, owner=self.owner)
-            else:
-                self.store.save(state, events)
+            self.store.save(state, events, fence=self.fence(state.root_id))
         except LeaseLost as exc:
             self._lose(state.root_id, str(exc))
             raise
@@ -202,16 +202,21 @@ class Runner:
         batch = self._stopping.pop(root_id, None)
         if batch is None or not batch.states:
             return
-        fence = {"owner": self.owner} if self._leases else {}
+        fence = self.fence(root_id)
         try:
             save_many = getattr(self.store, "save_many", None)
             if save_many is not None:
-                save_many(list(batch.states.values()), batch.events, **fence)
+                save_many(list(batch.states.values()), batch.events, fence=fence)
             else:
                 for state in batch.states.values():
-                    self.store.save(state, batch.events_of(state.run_id), **fence)
+                    self.store.save(state, batch.events_of(state.run_id), fence=fence)
         except LeaseLost as exc:
-            self._lost.setdefault(root_id, str(exc))
+            self._lose(root_id, str(exc))
+
+    def fence(self, root_id: str) -> Fence | None:
+        """What this runner's saves of tree ``root_id`` are fenced by: the lease it
+        took on the tree (None: the store keeps no leases)."""
+        return self._fences.get(root_id)
 
     def lost_lease(self, root_id: str) -> bool:
         """Whether this runner lost the lease on tree ``root_id`` (it must not save)."""
@@ -220,10 +225,6 @@ class Runner:
     def _lose(self, root_id: str, why: str) -> None:
         self._lost.setdefault(root_id, why)
         self.cancel(root_id, "this process lost the lease on the run tree")
-
-    @property
-    def _leases(self) -> bool:
-        return hasattr(self.store, "acquire_lease")
 
     # -- the live tree ----------------------------------------------------------
 
@@ -354,7 +355,9 @@ class Runner:
     async def _root(self, live: LiveRun) -> RunResult:
         root_id = live.state.run_id
         self._lost.pop(root_id, None)
-        self._lease("acquire_lease", root_id, ttl=self.lease_ttl)
+        fence = self._lease("acquire_lease", root_id, ttl=self.lease_ttl)
+        if fence is not None:
+            self._fences[root_id] = fence
         self._store_call("clear_cancels", root_id)  # requests nobody applied are stale
         try:
             async with trio.open_nursery() as nursery:
@@ -371,6 +374,7 @@ class Runner:
 
     def _let_go(self, root_id: str) -> None:
         """Release the tree: its lease (if still ours) and cancel requests nobody applied."""
+        self._fences.pop(root_id, None)
         if root_id in self._lost:
             self._lease("release_lease", root_id)
         elif hasattr(self.store, "let_go"):
@@ -379,13 +383,12 @@ class Runner:
             self._store_call("clear_cancels", root_id)
             self._lease("release_lease", root_id)
 
-    def _lease(self, method: str, root_id: str, **kwargs: Any) -> None:
-        self._store_call(method, root_id, self.owner, **kwargs)
+    def _lease(self, method: str, root_id: str, **kwargs: Any) -> Any:
+        return self._store_call(method, root_id, self.owner, **kwargs)
 
-    def _store_call(self, method: str, *args: Any, **kwargs: Any) -> None:
+    def _store_call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         call = getattr(self.store, method, None)
-        if call is not None:
-            call(*args, **kwargs)
+        return None if call is None else call(*args, **kwargs)
 
     async def _watch(self, root_id: str) -> None:
         """Keep tree ``root_id`` watched (cancel requests, lease) while it runs.

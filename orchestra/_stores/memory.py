@@ -15,6 +15,7 @@ import orjson
 
 from .._exceptions import RunNotFound
 from .._state import RunState
+from .fence import Fence
 from .transcripts import SavedTranscripts, head_json, joined, message_json
 
 __all__ = ["MemoryStore", "Store"]
@@ -24,13 +25,13 @@ class Store(Protocol):
     """Persistence for run states and their events."""
 
     def save(
-        self, state: RunState, events: Sequence[dict[str, Any]] = (), *, owner: str | None = None
+        self, state: RunState, events: Sequence[dict[str, Any]] = (), *, fence: Fence | None = None
     ) -> None:
         """Replace the saved state of ``state.run_id`` and append ``events``, atomically.
 
-        A store that keeps leases saves only if ``owner`` (when given) holds the
-        lease on ``state.root_id``, checked in the same transaction, and raises
-        :class:`~orchestra.LeaseLost` otherwise.
+        With ``fence`` (a lease or a claim the store granted), the save happens
+        only if that fence is still current, checked in the same transaction,
+        and raises :class:`~orchestra.LeaseLost` otherwise.
         """
         ...
 
@@ -53,16 +54,16 @@ class MemoryStore:
         self._events: list[dict[str, Any]] = []
 
     def save(
-        self, state: RunState, events: Sequence[dict[str, Any]] = (), *, owner: str | None = None
+        self, state: RunState, events: Sequence[dict[str, Any]] = (), *, fence: Fence | None = None
     ) -> None:
-        self.save_many([state], events)
+        self.save_many([state], events, fence=fence)
 
     def save_many(
         self,
         states: Sequence[RunState],
         events: Sequence[dict[str, Any]] = (),
         *,
-        owner: str | None = None,
+        fence: Fence | None = None,
     ) -> None:
         """Save several states and ``events`` (all or none)."""
         writes = [(state, *self._saved.unsaved(state)) for state in states]

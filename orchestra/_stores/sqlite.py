@@ -17,8 +17,10 @@ save, so its cost does not grow with the run. Reads of a state and its
 messages happen in one read transaction (one snapshot).
 
 Store schema versions: 1 — a run's whole state, transcript included, in its
-row; 2 — transcripts in their own table (a version 1 file is migrated in
-place, in one transaction, when first opened).
+row; 2 — transcripts in their own table; 3 — events found through their
+tree's index; 4 — leases carry an epoch (fencing tokens, see
+:mod:`orchestra._stores.fence`). An older file is migrated in place, in one
+transaction, when first opened.
 """
 
 from __future__ import annotations
@@ -38,13 +40,15 @@ from typing import Any, Self
 
 import orjson
 
-from .._exceptions import ConfigError, LeaseError, LeaseLost, RunNotFound, StateError, StoreError
+from .._exceptions import ConfigError, LeaseError, RunNotFound, StateError, StoreError
 from .._state import RunState
+from . import fence as fences
+from .fence import Fence
 from .transcripts import SavedTranscripts, joined, message_json, store_rows
 
 __all__ = ["BUSY_TIMEOUT_S", "STORE_SCHEMA_VERSION", "SQLiteStore", "default_store_path"]
 
-STORE_SCHEMA_VERSION = 3
+STORE_SCHEMA_VERSION = 4
 """Version of the tables' layout (not of the run states inside them)."""
 
 BUSY_TIMEOUT_S = 5.0
@@ -97,9 +101,11 @@ _TABLES = (
     """CREATE TABLE leases (
         root_id TEXT PRIMARY KEY,
         owner TEXT NOT NULL,
-        expires_at REAL NOT NULL
+        expires_at REAL NOT NULL,
+        epoch INTEGER NOT NULL DEFAULT 0
     )""",
 )
+"""A released lease keeps its row (no owner, expired), so a tree's epoch never goes back."""
 
 _UPSERT_RUN = """
     -- a run's root, parent, agent and creation time never change: not rewritten
@@ -113,6 +119,14 @@ _UPSERT_RUN = """
 
 _INSERT_MESSAGE = "INSERT INTO messages (run_id, idx, data) VALUES (?, ?, ?)"
 _DROP_MESSAGES_FROM = "DELETE FROM messages WHERE run_id = ? AND idx >= ?"
+
+_TAKE_LEASE = """
+    INSERT INTO leases (root_id, owner, expires_at, epoch) VALUES (?, ?, ?, 1)
+    ON CONFLICT (root_id) DO UPDATE SET
+        owner = excluded.owner, expires_at = excluded.expires_at, epoch = leases.epoch + 1
+    RETURNING epoch
+"""
+_RELEASE_LEASE = "UPDATE leases SET owner = '', expires_at = 0 WHERE root_id = ? AND owner = ?"
 
 _UPSERT_CANCEL = """
     INSERT INTO cancels (run_id, root_id, reason, requested_at) VALUES (?, ?, ?, ?)
@@ -194,46 +208,46 @@ class SQLiteStore:
     # -- runs -------------------------------------------------------------
 
     def save(
-        self, state: RunState, events: Sequence[dict[str, Any]] = (), *, owner: str | None = None
+        self, state: RunState, events: Sequence[dict[str, Any]] = (), *, fence: Fence | None = None
     ) -> None:
         """Insert or replace the state of ``state.run_id`` and append ``events``, atomically.
 
-        With ``owner``, the save is *fenced*: it happens only if ``owner`` holds
-        the lease on the run's tree (``state.root_id``), checked in the same
-        transaction. A process that stalled past its lease and lost the tree to
-        another one can therefore never save over the new holder's state.
+        With ``fence`` (a lease from :meth:`acquire_lease`), the save is
+        *fenced*: it happens only if that lease, at that epoch, is still the
+        current one, checked in the same transaction. A process that stalled
+        past its lease and lost the tree to another one can therefore never
+        save over the new holder's state.
 
         Only the messages added since this store last saved the run are
         written (the whole transcript if it does not extend that one).
 
         Raises:
-            LeaseLost: ``owner`` was given and does not hold the lease.
+            LeaseLost: ``fence`` was given and is not current.
             StateError: the state or an event cannot be stored as JSON.
         """
-        self.save_many([state], events, owner=owner)
+        self.save_many([state], events, fence=fence)
 
     def save_many(
         self,
         states: Sequence[RunState],
         events: Sequence[dict[str, Any]] = (),
         *,
-        owner: str | None = None,
+        fence: Fence | None = None,
     ) -> None:
-        """Save several states (of one tree, with ``owner``) and ``events`` in one transaction.
+        """Save several states and ``events`` in one transaction (fenced as :meth:`save`).
 
         All or none: e.g. every run of a tree stopped by one cancel.
 
         Raises:
-            LeaseLost: ``owner`` was given and does not hold the lease on a state's tree.
+            LeaseLost: ``fence`` was given and is not current.
             StateError: a state or an event cannot be stored as JSON.
         """
         event_rows = [_event_row(event) for event in events]
         writes = [store_rows(self._saved, state) for state in states]
         doing = f"save run {states[0].run_id!r}" if len(states) == 1 else f"save {len(states)} runs"
         with self._write(doing) as conn:
-            if owner is not None:
-                for root_id in {state.root_id for state in states}:
-                    _check_fence(conn, root_id, owner)
+            if fence is not None:
+                _check_fence(conn, fence)
             conn.executemany(_UPSERT_RUN, [run_row for run_row, _, _ in writes])
             # a whole transcript replaces whatever is stored (dropped before any insert)
             wholes = [(run_row[0], 0) for run_row, start, _ in writes if start == 0]
@@ -318,19 +332,22 @@ class SQLiteStore:
 
     # -- events -----------------------------------------------------------
 
-    def add_events(self, events: Iterable[dict[str, Any]]) -> None:
-        """Append events, all or none, in one transaction.
+    def add_events(self, events: Iterable[dict[str, Any]], *, fence: Fence | None = None) -> None:
+        """Append events, all or none, in one transaction (fenced as :meth:`save`).
 
         Each event needs ``run_id``, ``root_id``, ``type`` and ``at``; the whole
         dict is kept (as JSON) and comes back from :meth:`events`.
 
         Raises:
+            LeaseLost: ``fence`` was given and is not current.
             StateError: an event lacks a key or is not JSON-serialisable.
         """
         rows = [_event_row(event) for event in events]
         if not rows:
             return
         with self._write(f"add {len(rows)} events") as conn:
+            if fence is not None:
+                _check_fence(conn, fence)
             conn.executemany(_INSERT_EVENT, rows)
 
     def events(self, run_id: str | None = None, root_id: str | None = None) -> list[dict[str, Any]]:
@@ -388,13 +405,15 @@ class SQLiteStore:
 
     def acquire_lease(
         self, root_id: str, owner: str, ttl: float = 30.0, now: float | None = None
-    ) -> None:
-        """Own the tree ``root_id`` for ``ttl`` seconds.
+    ) -> Fence:
+        """Own the tree ``root_id`` for ``ttl`` seconds; the fence of this taking.
 
         Succeeds when nobody holds the lease, when ``owner`` already does (the
-        lease is extended), or when the holder's lease has expired. The check
-        and the claim are one ``BEGIN IMMEDIATE`` transaction, so of several
-        processes racing for a lease exactly one wins.
+        lease is extended), or when the holder's lease has expired. Every
+        taking gets the next epoch, so a fence from an earlier one (even the
+        same owner's) no longer passes. The check and the claim are one
+        ``BEGIN IMMEDIATE`` transaction, so of several processes racing for a
+        lease exactly one wins.
 
         Raises:
             LeaseError: another owner holds an unexpired lease.
@@ -405,10 +424,8 @@ class SQLiteStore:
             held = _lease_of(conn, root_id)
             if held is not None and held[0] != owner and held[1] > now and _alive(held[0]):
                 raise _held_by(root_id, held, now)
-            conn.execute(
-                "INSERT OR REPLACE INTO leases (root_id, owner, expires_at) VALUES (?, ?, ?)",
-                (root_id, owner, expires_at),
-            )
+            (epoch,) = conn.execute(_TAKE_LEASE, (root_id, owner, expires_at)).fetchone()
+        return Fence(scope="lease", key=root_id, holder=owner, epoch=epoch)
 
     def renew_lease(
         self, root_id: str, owner: str, ttl: float = 30.0, now: float | None = None
@@ -439,7 +456,7 @@ class SQLiteStore:
             "SELECT owner, expires_at FROM leases WHERE root_id = ?",
             root_id,
         )
-        if not rows or rows[0][1] <= now or not _alive(rows[0][0]):
+        if not rows or not rows[0][0] or rows[0][1] <= now or not _alive(rows[0][0]):
             return None
         return str(rows[0][0])
 
@@ -447,12 +464,12 @@ class SQLiteStore:
         """:meth:`clear_cancels` and :meth:`release_lease` in one transaction (a tree stopped)."""
         with self._write(f"let go of {root_id!r}") as conn:
             conn.execute("DELETE FROM cancels WHERE root_id = ?", (root_id,))
-            conn.execute("DELETE FROM leases WHERE root_id = ? AND owner = ?", (root_id, owner))
+            conn.execute(_RELEASE_LEASE, (root_id, owner))
 
     def release_lease(self, root_id: str, owner: str) -> None:
         """Drop ``owner``'s lease on ``root_id``; another owner's lease is left alone."""
         with self._write(f"release lease on {root_id!r}") as conn:
-            conn.execute("DELETE FROM leases WHERE root_id = ? AND owner = ?", (root_id, owner))
+            conn.execute(_RELEASE_LEASE, (root_id, owner))
 
     # -- plumbing ---------------------------------------------------------
 
@@ -462,10 +479,12 @@ class SQLiteStore:
             found = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             if found is None:
                 _create_tables(conn)
-            elif found[0] in (1, 2):
+            elif found[0] in (1, 2, 3):
                 if found[0] == 1:
                     _migrate_from_1(conn)
-                _migrate_from_2(conn)
+                if found[0] <= 2:
+                    _migrate_from_2(conn)
+                _migrate_from_3(conn)
             elif found[0] != STORE_SCHEMA_VERSION:
                 raise StateError(
                     f"{self._path} has store schema version {found[0]!r}; this Orchestra "
@@ -539,6 +558,12 @@ def _create_tables(conn: sqlite3.Connection) -> None:
     for statement in _TABLES:
         conn.execute(statement)
     conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (STORE_SCHEMA_VERSION,))
+
+
+def _migrate_from_3(conn: sqlite3.Connection) -> None:
+    """Store schema 3 -> 4: leases carry an epoch (fencing tokens)."""
+    conn.execute("ALTER TABLE leases ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0")
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (STORE_SCHEMA_VERSION,))
 
 
 def _migrate_from_2(conn: sqlite3.Connection) -> None:
@@ -644,23 +669,23 @@ def _lease_of(conn: sqlite3.Connection, root_id: str) -> tuple[str, float] | Non
     row = conn.execute(
         "SELECT owner, expires_at FROM leases WHERE root_id = ?", (root_id,)
     ).fetchone()
-    return None if row is None else (row[0], row[1])
+    return None if row is None or not row[0] else (row[0], row[1])  # '': released
 
 
-def _check_fence(conn: sqlite3.Connection, root_id: str, owner: str) -> None:
-    """Raise :class:`LeaseLost` unless ``owner`` holds the lease on ``root_id``.
+def _check_fence(conn: sqlite3.Connection, fence: Fence) -> None:
+    """Raise :class:`LeaseLost` unless ``fence`` is the current lease on its tree.
 
     An expired lease that nobody else took still counts as held: taking a
     lease is itself a transaction on this row, so once another process has
-    taken it, this check fails.
+    taken it, this check fails. SQLite keeps no worker claims: a claim never
+    passes here.
     """
-    held = _lease_of(conn, root_id)
-    if held is None or held[0] != owner:
-        holder = "nobody" if held is None else repr(held[0])
-        raise LeaseLost(
-            f"{owner!r} lost the lease on run tree {root_id!r} (now held by {holder}); "
-            "this process stopped without saving or starting anything more"
-        )
+    row = None
+    if fence.scope == "lease":
+        row = conn.execute(
+            "SELECT owner, epoch FROM leases WHERE root_id = ?", (fence.key,)
+        ).fetchone()
+    fences.check(fence, None if row is None else (row[0] or None, row[1]))
 
 
 def _describe(held: tuple[str, float], now: float) -> str:

@@ -22,13 +22,22 @@ import trio
 
 from .._agent import Agent
 from .._budget import carve
-from .._exceptions import RunNotFound, StoreUnreachable
+from .._exceptions import LeaseLost, RunNotFound, StoreUnreachable
 from .._execute import child_answer, new_state, reopen_state
 from .._run import LiveRun
 from .._runner import Runner
 from .._state import Limits, RunState, Status, Usage
+from .._stores.fence import Fence
 from ._ledger import PostgresLedger
-from ._threads import StepAbandoned, abandon_step, in_thread, step_abandoned
+from ._threads import (
+    StepAbandoned,
+    abandon_step,
+    in_thread,
+    step_abandoned,
+    step_fence,
+    step_superseded,
+    supersede_step,
+)
 
 if TYPE_CHECKING:
     from ._pgstore import PostgresStore
@@ -53,31 +62,43 @@ class WorkerRunner(Runner):
 
     queue: RunQueue
 
-    @property
-    def _leases(self) -> bool:
-        return False  # the durable-execution engine owns each run; saves are not fenced by trees
+    def fence(self, root_id: str) -> Fence | None:
+        """The claim of the current step on its run: every save of the step (its
+        run's, a child's it creates) is fenced by it, not by a tree's lease."""
+        return step_fence()
 
     def save(self, state: RunState, events: Sequence[dict[str, Any]] = ()) -> None:
         """Save, or abandon the current step if the database cannot be reached.
 
         Raises:
             StepAbandoned: the database is away (now, or earlier in this step).
+            LeaseLost: the step's claim was taken over (now or earlier): the
+                step is superseded (see :meth:`_lose`).
         """
         if step_abandoned():
             raise StepAbandoned(f"run {state.run_id}: the database went away during this step")
+        if step_superseded():
+            raise LeaseLost(f"run {state.run_id}: this step's claim was taken over")
         try:
             super().save(state, events)
         except StoreUnreachable as exc:
             abandon_step()
             raise StepAbandoned(str(exc)) from exc
 
+    def _lose(self, root_id: str, why: str) -> None:
+        """A save found the step's claim taken over: the step alone stops (its
+        scope is cancelled) and saves nothing more; other runs of the tree
+        stepping here are not touched."""
+        supersede_step()
+
     def lost_lease(self, root_id: str) -> bool:
-        """Also true in a step the database failed: its exit is not saved.
+        """True in a step the database failed or whose claim was taken over: its
+        exit is not saved.
 
         Only that step's: another run of the tree stepping here at the same
         time saves as usual (see :func:`~._threads.stepping`).
         """
-        return step_abandoned() or super().lost_lease(root_id)
+        return step_abandoned() or step_superseded()
 
     async def spawn_child(
         self,
@@ -117,7 +138,7 @@ class WorkerRunner(Runner):
             return f"{agent.name} was not started: {carved}."
         state = new_state(agent, task, carved, parent, call_id, child_id)
         depth = len(parent.lineage())
-        await in_thread(self._ledger.open_node, state, depth)
+        await in_thread(self._ledger.open_node, state, depth, step_fence())
         if child_id is None:
             parent.state.children[call_id] = state.run_id
             await self._ledger.guarded(parent, partial(parent.charge, Usage(child_runs=1)))

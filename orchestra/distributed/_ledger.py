@@ -28,18 +28,27 @@ provider may have charged for it, so it is charged at its reservation (a
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
 import attrs
 import orjson
 import trio
 
-from .._exceptions import StateError
+from .._exceptions import LeaseLost, StateError
 from .._run import LiveRun
 from .._state import RunState, Usage
-from ._threads import StepAbandoned, abandon_step, attempt_in_thread, in_thread
+from .._stores.fence import Fence
+from ._threads import (
+    StepAbandoned,
+    abandon_step,
+    attempt_in_thread,
+    in_thread,
+    step_fence,
+    supersede_step,
+)
 
 __all__ = ["LEDGER_TABLES", "PostgresLedger"]
 
@@ -51,6 +60,7 @@ LEDGER_TABLES = (
         root_id TEXT NOT NULL,
         depth INTEGER NOT NULL,
         tree TEXT NOT NULL,
+        own TEXT,
         reserved_pico BIGINT NOT NULL DEFAULT 0,
         reserved_tokens BIGINT NOT NULL DEFAULT 0,
         reserved_turns INTEGER NOT NULL DEFAULT 0
@@ -77,6 +87,12 @@ LEDGER_TABLES = (
         recorded_at DOUBLE PRECISION NOT NULL
     )""",
     "CREATE INDEX IF NOT EXISTS ledger_spend_root_id ON ledger_spend (root_id)",
+    # a ledger made before these two
+    "ALTER TABLE ledger ADD COLUMN IF NOT EXISTS own TEXT",
+    # one charge per (run, turn): a second is refused by the database (a call
+    # charged at its reservation because its outcome was lost is apart)
+    "CREATE UNIQUE INDEX IF NOT EXISTS ledger_spend_one_per_turn"
+    " ON ledger_spend (run_id, turn) WHERE NOT lost",
 )
 """The ledger's tables (created by :meth:`PostgresLedger.create`)."""
 
@@ -85,13 +101,19 @@ RELEASE_PATIENCE_S = 300.0
 """How long releasing a reservation waits for an unreachable database."""
 
 _LOCK_LINEAGE = """
-    SELECT run_id, tree, reserved_pico, reserved_tokens, reserved_turns
+    SELECT run_id, tree, reserved_pico, reserved_tokens, reserved_turns, own
     FROM ledger WHERE run_id = ANY(%s) ORDER BY depth FOR UPDATE
 """
 _WRITE_NODE = """
     UPDATE ledger SET tree = %s, reserved_pico = %s, reserved_tokens = %s, reserved_turns = %s
     WHERE run_id = %s
 """
+_WRITE_OWN = "UPDATE ledger SET own = %s WHERE run_id = %s"
+_LOSE_EARLIER_CHARGE = """
+    UPDATE ledger_spend SET lost = TRUE WHERE run_id = %s AND turn = %s AND NOT lost
+"""
+"""A turn charged again: the earlier call's reply was never saved (its worker died
+between the charge and the save), so that charge is a lost call's."""
 _INSERT_SPEND = """
     INSERT INTO ledger_spend (run_id, root_id, turn, model_calls, prompt_tokens,
         completion_tokens, cost_pico, lost, executor, recorded_at)
@@ -100,7 +122,11 @@ _INSERT_SPEND = """
 
 
 class _Transactions(Protocol):
+    """What the ledger needs of its store: transactions, and fences checked in them."""
+
     def transaction(self) -> Any: ...
+
+    def check_fence(self, fence: Fence) -> None: ...
 
 
 @attrs.frozen
@@ -143,9 +169,12 @@ class PostgresLedger:
             for sql in LEDGER_TABLES:
                 conn.execute(sql)
 
-    def open_node(self, state: RunState, depth: int) -> None:
-        """The ledger row of a new run (nothing spent); kept if it exists."""
+    def open_node(self, state: RunState, depth: int, fence: Fence | None = None) -> None:
+        """The ledger row of a new run (nothing spent); kept if it exists. Fenced by
+        ``fence`` (the claim of the step creating the run) when given."""
         with self.store.transaction() as conn:
+            if fence is not None:
+                self.store.check_fence(fence)
             conn.execute(
                 "INSERT INTO ledger (run_id, root_id, depth, tree) VALUES (%s, %s, %s, %s) "
                 "ON CONFLICT (run_id) DO NOTHING",
@@ -159,7 +188,9 @@ class PostgresLedger:
             StepAbandoned: the database could not be reached (the current step
                 is abandoned: nothing more of it is saved).
         """
-        return await in_thread(self._guarded, run, decide)
+        fence = step_fence()
+        with _superseding():
+            return await in_thread(self._guarded, run, decide, fence)
 
     async def released(self, run: LiveRun, release: Callable[[], _T]) -> _T:
         """See :class:`~orchestra._run.Ledger`: tried every :data:`RETRY_S` for
@@ -169,9 +200,11 @@ class PostgresLedger:
         (the hold stays, and is charged at its reservation when the run is next
         taken up)."""
         waited = 0.0
+        fence = step_fence()
         while True:
             try:
-                return await attempt_in_thread(self._guarded, run, release)
+                with _superseding():
+                    return await attempt_in_thread(self._guarded, run, release, fence)
             except StepAbandoned:
                 if waited >= RELEASE_PATIENCE_S:
                     abandon_step()
@@ -179,14 +212,17 @@ class PostgresLedger:
             await trio.sleep(RETRY_S)
             waited += RETRY_S
 
-    def _guarded(self, run: LiveRun, decide: Callable[[], _T]) -> _T:
-        """``decide`` in one transaction; if that fails, the live lineage's
-        numbers (and the run's own usage) are left as they were before it."""
+    def _guarded(self, run: LiveRun, decide: Callable[[], _T], fence: Fence | None) -> _T:
+        """``decide`` in one transaction, fenced by the step's claim (``fence``);
+        if that fails, the live lineage's numbers (and the run's own usage) are
+        left as they were before it."""
         nodes = run.lineage()
         before = [_Numbers.of(node) for node in nodes]
         own = run.state.own
         try:
             with self.store.transaction() as conn:
+                if fence is not None:
+                    self.store.check_fence(fence)
                 return self._decided(conn, run, decide)
         except BaseException:
             for node, was in zip(nodes, before, strict=True):
@@ -209,6 +245,8 @@ class PostgresLedger:
             now = _Numbers.of(node)
             if now != was:
                 _write(conn, node.state.run_id, now)
+        if run.state.own != own:
+            conn.execute(_WRITE_OWN, (_usage_json(run.state.own), run.state.run_id))
         self._record(conn, run, before[0], own, lost=lost)
         return result
 
@@ -235,6 +273,8 @@ class PostgresLedger:
             self._spend(conn, run.state, spent, lost=lost)
 
     def _spend(self, conn: Any, state: RunState, spent: Usage, *, lost: bool) -> None:
+        if not lost:
+            conn.execute(_LOSE_EARLIER_CHARGE, (state.run_id, state.turns + 1))
         conn.execute(
             _INSERT_SPEND,
             (
@@ -258,10 +298,14 @@ class PostgresLedger:
         Call it before each step of ``run`` (no call of the run is in flight
         then). Returns what was charged (None: no hold was left).
         """
-        return await in_thread(self._settle_lost, run)
+        fence = step_fence()
+        with _superseding():
+            return await in_thread(self._settle_lost, run, fence)
 
-    def _settle_lost(self, run: LiveRun) -> Usage | None:
+    def _settle_lost(self, run: LiveRun, fence: Fence | None) -> Usage | None:
         with self.store.transaction() as conn:
+            if fence is not None:
+                self.store.check_fence(fence)
             row = conn.execute(
                 "SELECT pico, tokens, turns FROM ledger_holds WHERE run_id = %s",
                 (run.state.run_id,),
@@ -308,8 +352,11 @@ def _load(conn: Any, nodes: Sequence[LiveRun]) -> None:
         found = {row[0] for row in rows}
         missing = ", ".join(sorted(set(by_id) - found))
         raise StateError(f"the budget ledger has no row for run(s) {missing}")
-    for run_id, tree, pico, tokens, turns in rows:
-        _Numbers(_usage(tree), pico, tokens, turns).load_into(by_id[run_id])
+    for run_id, tree, pico, tokens, turns, own in rows:
+        node = by_id[run_id]
+        _Numbers(_usage(tree), pico, tokens, turns).load_into(node)
+        if own is not None:  # the run's own spend, as charged (its saved state may lag)
+            node.state.own = _usage(own)
 
 
 def _write(conn: Any, run_id: str, numbers: _Numbers) -> None:
@@ -325,3 +372,14 @@ def _usage_json(usage: Usage) -> str:
 
 def _usage(text: str) -> Usage:
     return Usage(**orjson.loads(text))
+
+
+@contextlib.contextmanager
+def _superseding() -> Iterator[None]:
+    """A decision refused because the step's claim was taken over supersedes the
+    step (on the trio thread: a cancel scope is not thread-safe)."""
+    try:
+        yield
+    except LeaseLost:
+        supersede_step()
+        raise

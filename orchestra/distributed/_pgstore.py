@@ -21,8 +21,14 @@ wins; a fenced save reads the lease row ``FOR SHARE``, so it cannot commit
 across a takeover. A read of states and their transcripts is one statement
 (one snapshot).
 
-Store schema versions: 1 — the tables below; several processes may create
-them at once (an advisory lock serialises that).
+Fencing (see :mod:`orchestra._stores.fence`): a lease row and a run row
+each carry an epoch, increased by every taking (:meth:`PostgresStore.acquire_lease`,
+:meth:`PostgresStore.claim`, and a stop in the database); a fenced write reads
+the row ``FOR SHARE`` and compares holder and epoch in its own transaction.
+
+Store schema versions: 1 — the tables below without epochs; 2 — leases and
+runs carry an epoch (a version 1 database is migrated in place). Several
+processes may create or migrate them at once (an advisory lock serialises that).
 """
 
 from __future__ import annotations
@@ -42,13 +48,14 @@ from psycopg.rows import TupleRow
 
 from .._exceptions import (
     ConfigError,
-    LeaseLost,
     RunNotFound,
     StateError,
     StoreError,
     StoreUnreachable,
 )
 from .._state import Interruption, InterruptionKind, RunState, Status
+from .._stores import fence as fences
+from .._stores.fence import Fence
 from .._stores.sqlite import (
     _alive,
     _checked_ttl,
@@ -64,7 +71,7 @@ _R = TypeVar("_R")
 
 __all__ = ["PG_SCHEMA_VERSION", "PostgresStore", "redacted"]
 
-PG_SCHEMA_VERSION = 1
+PG_SCHEMA_VERSION = 2
 """Version of the tables' layout (not of the run states inside them)."""
 
 CONNECT_TIMEOUT_S = 10
@@ -86,7 +93,8 @@ _TABLES = (
         state TEXT NOT NULL,
         messages INTEGER NOT NULL DEFAULT 0,
         executor TEXT,
-        attempt INTEGER NOT NULL DEFAULT 0
+        attempt INTEGER NOT NULL DEFAULT 0,
+        epoch BIGINT NOT NULL DEFAULT 0
     )""",
     "CREATE INDEX runs_root_id ON runs (root_id)",
     "CREATE INDEX runs_updated_at ON runs (updated_at)",
@@ -116,7 +124,8 @@ _TABLES = (
     """CREATE TABLE leases (
         root_id TEXT COLLATE "C" PRIMARY KEY,
         owner TEXT NOT NULL,
-        expires_at DOUBLE PRECISION NOT NULL
+        expires_at DOUBLE PRECISION NOT NULL,
+        epoch BIGINT NOT NULL DEFAULT 0
     )""",
     "CREATE TABLE orchestra_schema (version INTEGER NOT NULL)",
 )
@@ -146,7 +155,10 @@ _SELECT_STATES = """
     )
     FROM runs r WHERE """
 
-_UPDATE_HEAD = "UPDATE runs SET status = %s, updated_at = %s, state = %s WHERE run_id = %s"
+_STOP_HEAD = """
+    UPDATE runs SET status = %s, updated_at = %s, state = %s, epoch = epoch + 1 WHERE run_id = %s
+"""
+"""A run stopped in the database: whoever executed it is fenced out."""
 
 _INSERT_EVENT = "INSERT INTO events (run_id, root_id, type, at, data) VALUES (%s, %s, %s, %s, %s)"
 
@@ -156,10 +168,20 @@ _UPSERT_CANCEL = """
         reason = excluded.reason, requested_at = excluded.requested_at
 """
 
-_UPSERT_LEASE = """
-    INSERT INTO leases (root_id, owner, expires_at) VALUES (%s, %s, %s)
-    ON CONFLICT (root_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
+_TAKE_LEASE = """
+    INSERT INTO leases (root_id, owner, expires_at, epoch) VALUES (%s, %s, %s, 1)
+    ON CONFLICT (root_id) DO UPDATE SET
+        owner = excluded.owner, expires_at = excluded.expires_at, epoch = leases.epoch + 1
+    RETURNING epoch
 """
+_RELEASE_LEASE = "UPDATE leases SET owner = '', expires_at = 0 WHERE root_id = %s AND owner = %s"
+"""A released lease keeps its row (no owner, expired), so a tree's epoch never goes back."""
+
+_MIGRATE_FROM_1 = (
+    "ALTER TABLE runs ADD COLUMN IF NOT EXISTS epoch BIGINT NOT NULL DEFAULT 0",
+    "ALTER TABLE leases ADD COLUMN IF NOT EXISTS epoch BIGINT NOT NULL DEFAULT 0",
+    "UPDATE orchestra_schema SET version = 2",
+)
 
 _LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 """Wait for (then hold until the transaction ends) the advisory lock named by a string."""
@@ -241,45 +263,45 @@ class PostgresStore:
     # -- runs -------------------------------------------------------------
 
     def save(
-        self, state: RunState, events: Sequence[dict[str, Any]] = (), *, owner: str | None = None
+        self, state: RunState, events: Sequence[dict[str, Any]] = (), *, fence: Fence | None = None
     ) -> None:
         """Insert or replace the state of ``state.run_id`` and append ``events``, atomically.
 
-        With ``owner``, the save is *fenced*: it happens only if ``owner`` holds
-        the lease on the run's tree (``state.root_id``), checked in the same
-        transaction, so a process that lost the tree can never save over the
-        new holder's state. Only the messages added since this store last
-        saved the run are written (the whole transcript if it does not extend
-        that one).
+        With ``fence`` (a lease from :meth:`acquire_lease` or a claim from
+        :meth:`claim`), the save is *fenced*: it happens only if that lease or
+        claim, at that epoch, is still the current one, checked in the same
+        transaction, so a writer that lost the tree or the run can never save
+        over the new holder's state. Only the messages added since this store
+        last saved the run are written (the whole transcript if it does not
+        extend that one).
 
         Raises:
-            LeaseLost: ``owner`` was given and does not hold the lease.
+            LeaseLost: ``fence`` was given and is not current.
             StateError: the state or an event cannot be stored as JSON.
         """
-        self.save_many([state], events, owner=owner)
+        self.save_many([state], events, fence=fence)
 
     def save_many(
         self,
         states: Sequence[RunState],
         events: Sequence[dict[str, Any]] = (),
         *,
-        owner: str | None = None,
+        fence: Fence | None = None,
     ) -> None:
-        """Save several states (of one tree, with ``owner``) and ``events`` in one transaction.
+        """Save several states and ``events`` in one transaction (fenced as :meth:`save`).
 
         All or none: e.g. every run of a tree stopped by one cancel.
 
         Raises:
-            LeaseLost: ``owner`` was given and does not hold the lease on a state's tree.
+            LeaseLost: ``fence`` was given and is not current.
             StateError: a state or an event cannot be stored as JSON.
         """
         event_rows = [_event_row(event) for event in events]
         writes = [store_rows(self._saved, state) for state in states]
         doing = f"save run {states[0].run_id!r}" if len(states) == 1 else f"save {len(states)} runs"
         with self._transaction(doing) as conn, conn.cursor() as cur:
-            if owner is not None:
-                for root_id in sorted({state.root_id for state in states}):
-                    _check_fence(conn, root_id, owner)
+            if fence is not None:
+                _check_fence(conn, fence)
             for run_row, start, message_rows in writes:
                 cur.execute(_UPSERT_RUN, run_row)
                 if start == 0:  # a whole transcript replaces whatever is stored
@@ -369,20 +391,30 @@ class PostgresStore:
 
     # -- events -----------------------------------------------------------
 
-    def add_events(self, events: Iterable[dict[str, Any]]) -> None:
-        """Append events, all or none, in one transaction.
+    def add_events(self, events: Iterable[dict[str, Any]], *, fence: Fence | None = None) -> None:
+        """Append events, all or none, in one transaction (fenced as :meth:`save`).
 
         Each event needs ``run_id``, ``root_id``, ``type`` and ``at``; the whole
         dict is kept (as JSON) and comes back from :meth:`events`.
 
         Raises:
+            LeaseLost: ``fence`` was given and is not current.
             StateError: an event lacks a key or is not JSON-serialisable.
         """
         rows = [_event_row(event) for event in events]
         if not rows:
             return
         with self._transaction(f"add {len(rows)} events") as conn, conn.cursor() as cur:
+            if fence is not None:
+                _check_fence(conn, fence)
             cur.executemany(_INSERT_EVENT, rows)
+
+    def check_fence(self, fence: Fence) -> None:
+        """Raise :class:`LeaseLost` unless ``fence`` is current. Inside a
+        :meth:`transaction` it is part of it: the write after it in the same
+        transaction is fenced (the row stays share-locked until the commit)."""
+        with self._transaction(f"check the {fence.describe()}") as conn:
+            _check_fence(conn, fence)
 
     def events(self, run_id: str | None = None, root_id: str | None = None) -> list[dict[str, Any]]:
         """Stored events in the order they were added, optionally of one run or tree.
@@ -454,8 +486,9 @@ class PostgresStore:
 
     def acquire_lease(
         self, root_id: str, owner: str, ttl: float = 30.0, now: float | None = None
-    ) -> None:
-        """Own the tree ``root_id`` for ``ttl`` seconds.
+    ) -> Fence:
+        """Own the tree ``root_id`` for ``ttl`` seconds; the fence of this taking (the
+        next epoch: a fence from an earlier taking, even the same owner's, no longer passes).
 
         Succeeds when nobody holds the lease, when ``owner`` already does (the
         lease is extended), or when the holder's lease has expired (or its
@@ -473,7 +506,8 @@ class PostgresStore:
             held = _lease_of(conn, root_id, lock=True)  # waits for a renewal in progress
             if held is not None and held[0] != owner and held[1] > now and _alive(held[0]):
                 raise _held_by(root_id, held, now)
-            conn.execute(_UPSERT_LEASE, (root_id, owner, expires_at))
+            (epoch,) = _one(conn.execute(_TAKE_LEASE, (root_id, owner, expires_at)))
+        return Fence(scope="lease", key=root_id, holder=owner, epoch=int(epoch))
 
     def renew_lease(
         self, root_id: str, owner: str, ttl: float = 30.0, now: float | None = None
@@ -504,7 +538,7 @@ class PostgresStore:
             "SELECT owner, expires_at FROM leases WHERE root_id = %s",
             root_id,
         )
-        if not rows or rows[0][1] <= now or not _alive(rows[0][0]):
+        if not rows or not rows[0][0] or rows[0][1] <= now or not _alive(rows[0][0]):
             return None
         return str(rows[0][0])
 
@@ -512,34 +546,39 @@ class PostgresStore:
         """:meth:`clear_cancels` and :meth:`release_lease` in one transaction (a tree stopped)."""
         with self._transaction(f"let go of {root_id!r}") as conn:
             conn.execute("DELETE FROM cancels WHERE root_id = %s", (root_id,))
-            conn.execute("DELETE FROM leases WHERE root_id = %s AND owner = %s", (root_id, owner))
+            conn.execute(_RELEASE_LEASE, (root_id, owner))
 
     def release_lease(self, root_id: str, owner: str) -> None:
         """Drop ``owner``'s lease on ``root_id``; another owner's lease is left alone."""
         with self._transaction(f"release lease on {root_id!r}") as conn:
-            conn.execute("DELETE FROM leases WHERE root_id = %s AND owner = %s", (root_id, owner))
+            conn.execute(_RELEASE_LEASE, (root_id, owner))
 
     # -- executors (the distributed worker) -------------------------------
 
-    def claim(self, run_id: str, executor: str) -> RunState | None:
+    def claim(self, run_id: str, executor: str) -> tuple[RunState, Fence] | None:
         """Make ``executor`` the worker executing ``run_id``, if the run is ``running``.
 
-        The update and the read of the state are one transaction. A run that
-        :meth:`stop_unclaimed` stopped first is not claimed (and it does not
-        stop a run claimed first): of the two, exactly one wins.
+        Each claim takes the run's next epoch: whoever claimed it before (a
+        worker declared dead that wakes up, say) is fenced out of every save,
+        ledger decision and write from then on. The update and the read of the
+        state are one transaction. A run that :meth:`stop_unclaimed` stopped
+        first is not claimed (and it does not stop a run claimed first): of
+        the two, exactly one wins.
 
         Returns:
-            The run's state when claimed; None when the run is not running
-            (or does not exist): look at it with :meth:`load`.
+            The run's state and the claim's fence; None when the run is not
+            running (or does not exist): look at it with :meth:`load`.
         """
         with self._transaction(f"claim run {run_id!r} for {executor!r}") as conn:
             claimed = conn.execute(
-                "UPDATE runs SET executor = %s WHERE run_id = %s AND status = %s RETURNING run_id",
+                "UPDATE runs SET executor = %s, epoch = epoch + 1"
+                " WHERE run_id = %s AND status = %s RETURNING epoch",
                 (executor, run_id, Status.RUNNING.value),
             ).fetchone()
             if claimed is None:
                 return None
-            return _select_states(conn, "r.run_id = %s", (run_id,))[0]
+            state = _select_states(conn, "r.run_id = %s", (run_id,))[0]
+        return state, Fence(scope="claim", key=run_id, holder=executor, epoch=int(claimed[0]))
 
     def stop_unclaimed(self, root_id: str, reason: str) -> list[str]:
         """Stop every run of the tree ``root_id`` that is running with no executor.
@@ -552,12 +591,28 @@ class PostgresStore:
         Returns:
             The ids of the runs stopped, in id order.
         """
-        with self._transaction(f"stop unclaimed runs of {root_id!r}") as conn:
+        return self._stop_running(root_id, reason, " AND executor IS NULL")
+
+    def stop_running(self, root_id: str, reason: str) -> list[str]:
+        """Stop in the database every run of the tree ``root_id`` still running,
+        wherever it executes (for a cancel that its workers did not apply in
+        time: a worker dead, stalled, or cut off from the database).
+
+        As :meth:`stop_unclaimed`, and each stopped run takes its next epoch:
+        the worker executing it, if any, is fenced out (it saves nothing more).
+
+        Returns:
+            The ids of the runs stopped, in id order.
+        """
+        return self._stop_running(root_id, reason, "")
+
+    def _stop_running(self, root_id: str, reason: str, which: str) -> list[str]:
+        with self._transaction(f"stop running runs of {root_id!r}") as conn:
             ids = [
                 run_id
                 for (run_id,) in conn.execute(
                     "SELECT run_id FROM runs WHERE root_id = %s AND status = %s"
-                    " AND executor IS NULL ORDER BY run_id FOR UPDATE",
+                    f"{which} ORDER BY run_id FOR UPDATE",
                     (root_id, Status.RUNNING.value),
                 )
             ]
@@ -568,7 +623,7 @@ class PostgresStore:
             for state in states:
                 _stop(state, reason, now)
                 conn.execute(
-                    _UPDATE_HEAD, (state.status.value, state.updated_at, _head(state), state.run_id)
+                    _STOP_HEAD, (state.status.value, state.updated_at, _head(state), state.run_id)
                 )
             self._on_commit(lambda: self._written(states))
         return ids
@@ -761,6 +816,10 @@ class PostgresStore:
                 conn.execute("INSERT INTO orchestra_schema VALUES (%s)", (PG_SCHEMA_VERSION,))
                 return
             found = [v for (v,) in conn.execute("SELECT version FROM orchestra_schema")]
+            if found == [1]:
+                for statement in _MIGRATE_FROM_1:
+                    conn.execute(statement)
+                found = [PG_SCHEMA_VERSION]
         if found != [PG_SCHEMA_VERSION]:
             shown = found[0] if len(found) == 1 else found
             raise StateError(
@@ -819,26 +878,25 @@ def _stop(state: RunState, reason: str, now: float) -> None:
 def _lease_of(conn: Connection, root_id: str, *, lock: bool = False) -> tuple[str, float] | None:
     sql = "SELECT owner, expires_at FROM leases WHERE root_id = %s"
     row = conn.execute(sql + (" FOR UPDATE" if lock else ""), (root_id,)).fetchone()
-    return None if row is None else (row[0], row[1])
+    return None if row is None or not row[0] else (row[0], row[1])  # '': released
 
 
-def _check_fence(conn: Connection, root_id: str, owner: str) -> None:
-    """Raise :class:`LeaseLost` unless ``owner`` holds the lease on ``root_id``.
+_FENCE_ROWS = {
+    "lease": "SELECT owner, epoch FROM leases WHERE root_id = %s FOR SHARE",
+    "claim": "SELECT executor, epoch FROM runs WHERE run_id = %s FOR SHARE",
+}
 
-    The lease row is read ``FOR SHARE``: a process taking the lease over
-    (which updates the row) waits for this save to commit, or this read waits
-    for the takeover and then sees the new owner. An expired lease that
-    nobody else took still counts as held.
+
+def _check_fence(conn: Connection, fence: Fence) -> None:
+    """Raise :class:`LeaseLost` unless ``fence`` is the current lease or claim.
+
+    The row is read ``FOR SHARE``: a process taking the lease or the run over
+    (which updates the row) waits for this write to commit, or this read
+    waits for the takeover and then sees the new holder and epoch. An
+    expired lease that nobody else took still counts as held.
     """
-    row = conn.execute(
-        "SELECT owner FROM leases WHERE root_id = %s FOR SHARE", (root_id,)
-    ).fetchone()
-    if row is None or row[0] != owner:
-        holder = "nobody" if row is None else repr(row[0])
-        raise LeaseLost(
-            f"{owner!r} lost the lease on run tree {root_id!r} (now held by {holder}); "
-            "this process stopped without saving or starting anything more"
-        )
+    row = conn.execute(_FENCE_ROWS[fence.scope], (fence.key,)).fetchone()
+    fences.check(fence, None if row is None else (row[0] or None, int(row[1])))
 
 
 def _pick(prefix: str, ids: Sequence[str], where: str) -> str:

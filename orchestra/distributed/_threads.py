@@ -13,6 +13,12 @@ A call that finds the database away abandons the step it is part of
 (:func:`stepping`: one run's step, with every task it starts), and only that
 step: the steps of other runs of the same tree, executing on the same worker
 at the same time, go on saving.
+
+A step also holds the worker's claim on its run (a fence, see
+:mod:`orchestra._stores.fence`): every save and ledger decision of the step
+is fenced by it. A step whose claim was taken over (its worker was declared
+dead while it stalled, or a cancel stopped the run in the database) is
+*superseded*: its cancel scope is cancelled and it saves nothing more.
 """
 
 from __future__ import annotations
@@ -25,15 +31,20 @@ from typing import TypeVar
 import trio
 
 from .._exceptions import StoreUnreachable
+from .._stores.fence import Fence
 
 __all__ = [
     "DB_THREADS",
     "StepAbandoned",
     "abandon_step",
     "attempt_in_thread",
+    "hold",
     "in_thread",
     "step_abandoned",
+    "step_fence",
+    "step_superseded",
     "stepping",
+    "supersede_step",
 ]
 
 
@@ -49,12 +60,16 @@ class StepAbandoned(BaseException):
 
 
 class _Step:
-    """One step of one run on this worker; ``abandoned`` once the database failed it."""
+    """One step of one run on this worker: ``abandoned`` once the database failed it,
+    ``superseded`` once its claim (``fence``) was taken over; ``scope`` stops it."""
 
-    __slots__ = ("abandoned",)
+    __slots__ = ("abandoned", "fence", "scope", "superseded")
 
     def __init__(self) -> None:
         self.abandoned = False
+        self.superseded = False
+        self.fence: Fence | None = None
+        self.scope = trio.CancelScope()
 
 
 _step: contextvars.ContextVar[_Step | None] = contextvars.ContextVar(
@@ -65,14 +80,44 @@ _step: contextvars.ContextVar[_Step | None] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def stepping() -> Iterator[None]:
+def stepping() -> Iterator[trio.CancelScope]:
     """The block (and every task it starts) is one step of one run: a database
-    outage in it abandons this step alone."""
-    token = _step.set(_Step())
+    outage in it abandons this step alone. Yields the step's cancel scope, to
+    enter around the step's work (:func:`supersede_step` cancels it)."""
+    step = _Step()
+    token = _step.set(step)
     try:
-        yield
+        yield step.scope
     finally:
         _step.reset(token)
+
+
+def hold(fence: Fence) -> None:
+    """The current step executes under ``fence`` (its worker's claim on its run)."""
+    step = _step.get()
+    if step is not None:
+        step.fence = fence
+
+
+def step_fence() -> Fence | None:
+    """The claim the current step holds (None outside a step or before its claim)."""
+    step = _step.get()
+    return None if step is None else step.fence
+
+
+def supersede_step() -> None:
+    """The current step lost its claim: it saves nothing more and its scope is
+    cancelled (not a checkpoint); outside a step, nothing to do."""
+    step = _step.get()
+    if step is not None:
+        step.superseded = True
+        step.scope.cancel()
+
+
+def step_superseded() -> bool:
+    """Whether the current step lost its claim (False outside a step)."""
+    step = _step.get()
+    return step is not None and step.superseded
 
 
 def abandon_step() -> None:

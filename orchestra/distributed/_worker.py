@@ -47,7 +47,7 @@ from .._state import RunState, Status
 from . import _dbos
 from ._host import WorkerRunner
 from ._ledger import PostgresLedger
-from ._threads import StepAbandoned, in_thread, stepping
+from ._threads import StepAbandoned, hold, in_thread, step_fence, step_superseded, stepping
 
 __all__ = ["AGENTS_KEY", "DEAD_AFTER_S", "Worker", "agent_of_reference"]
 
@@ -56,6 +56,8 @@ AGENTS_KEY = "orchestra.agents"
 function returning one) for runs submitted from Python."""
 
 DEAD_AFTER_S = 10.0
+SUPERSEDED = "superseded"
+"""What a step returns when its run's claim was taken over (its workflow ends here)."""
 """A worker whose heartbeat is older than this is dead (its runs continue elsewhere)."""
 
 _ROOTS_KEPT = 256
@@ -184,18 +186,29 @@ class Worker:
         outage abandons the step that met it, never another (see
         :func:`~._threads.stepping`).
 
+        Returns :data:`SUPERSEDED` (which ends the workflow here) if the run's
+        claim was taken over during the step: a peer declared this worker dead
+        and continues the run, or a cancel stopped it in the database.
+
         Raises:
             StepAbandoned: the database went away during the step (nothing
                 more of it was saved; DBOS tries it again).
         """
-        with stepping():
-            return await self._step(run_id)
+        status = SUPERSEDED
+        with stepping() as scope:
+            with scope:
+                status = await self._step(run_id)
+            if step_superseded():
+                return SUPERSEDED
+        return status
 
     async def _step(self, run_id: str) -> str:
-        state: RunState | None = await in_thread(self._store.claim, run_id, self.executor_id)
-        if state is None:
+        claimed = await in_thread(self._store.claim, run_id, self.executor_id)
+        if claimed is None:
             saved: RunState = await in_thread(self._store.load, run_id)
             return saved.status.value
+        state, fence = claimed
+        hold(fence)
         try:
             live = await self._live(state)
         except (ConfigError, StateError) as exc:  # cannot be rebuilt here: fails, as data
@@ -220,7 +233,8 @@ class Worker:
     async def _fail(self, state: RunState, reason: str) -> str:
         state.status, state.reason = Status.FAILED, reason
         state.updated_at = time.time()
-        await in_thread(self._store.save, state)
+        fence = step_fence()
+        await in_thread(lambda: self._store.save(state, fence=fence))
         return state.status.value
 
     async def _live(self, state: RunState) -> LiveRun:

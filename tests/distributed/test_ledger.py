@@ -153,7 +153,7 @@ def test_a_lineage_without_ledger_rows_is_refused(ledger: PostgresLedger) -> Non
     orphan = new_state(AGENT, "lost", Limits(max_budget_usd=0.01))
     run = LiveRun(state=orphan, agent=AGENT, runner=_runner())
     with pytest.raises(StateError, match="no row for run"):
-        ledger._guarded(run, lambda: None)
+        ledger._guarded(run, lambda: None, None)
 
 
 async def test_a_release_waits_for_the_database_and_records_the_real_cost(

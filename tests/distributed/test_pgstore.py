@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import orjson
 import psycopg
 import pytest
@@ -25,6 +26,7 @@ from orchestra._exceptions import (
     StoreUnreachable,
 )
 from orchestra._state import InterruptionKind, RunState, Status
+from orchestra._stores.fence import Fence
 from orchestra._stores.memory import Store
 from orchestra._stores.serde import state_to_dict
 from orchestra._stores.sqlite import SQLiteStore
@@ -141,14 +143,28 @@ def test_processes_starting_at_once_create_the_schema_once(pg_url: str) -> None:
         for s in opened:
             if isinstance(s, PostgresStore):
                 s.close()
-    assert query(pg_url, "SELECT version FROM orchestra_schema") == [(1,)]
+    assert query(pg_url, "SELECT version FROM orchestra_schema") == [(2,)]
 
 
 def test_unknown_store_schema_version_refused(pg_url: str) -> None:
     PostgresStore(pg_url).close()
     query(pg_url, "UPDATE orchestra_schema SET version = 99 RETURNING version")
-    with pytest.raises(StateError, match="store schema version 99; this Orchestra reads version 1"):
+    with pytest.raises(StateError, match="store schema version 99; this Orchestra reads version 2"):
         PostgresStore(pg_url)
+
+
+def test_a_version_1_database_is_migrated_to_epochs(pg_url: str) -> None:
+    with PostgresStore(pg_url) as store:
+        store.save(make_state())
+    with raw(pg_url) as conn:
+        conn.execute("ALTER TABLE runs DROP COLUMN epoch")
+        conn.execute("ALTER TABLE leases DROP COLUMN epoch")
+        conn.execute("UPDATE orchestra_schema SET version = 1")
+    with PostgresStore(pg_url) as store:
+        claimed = store.claim("r1", "w1")
+        assert claimed is not None and claimed[1].epoch == 1
+        assert store.acquire_lease("r1", "me").epoch == 1
+    assert query(pg_url, "SELECT version FROM orchestra_schema") == [(2,)]
 
 
 def test_unreachable_server_is_a_clear_store_error() -> None:
@@ -576,28 +592,38 @@ def test_let_go_clears_the_trees_cancels_and_releases_its_lease(any_store: AnySt
 
 def test_a_fenced_save_after_a_takeover_raises_lease_lost(pg_url: str) -> None:
     with PostgresStore(pg_url) as old, PostgresStore(pg_url) as new:
-        old.acquire_lease("root", "old", ttl=30.0, now=1000.0)
-        old.save(make_state("root", content="by old"), owner="old")
-        new.acquire_lease("root", "new", ttl=30.0, now=1031.0)  # old stalled past its lease
+        old_fence = old.acquire_lease("root", "old", ttl=30.0, now=1000.0)
+        old.save(make_state("root", content="by old"), fence=old_fence)
+        new_fence = new.acquire_lease("root", "new", ttl=30.0, now=1031.0)  # old stalled
+        assert (old_fence.epoch, new_fence.epoch) == (1, 2)
         child = make_state("child", "root", parent_id="root")
         event = {"run_id": "root", "root_id": "root", "type": "turn", "at": 1.0}
-        with pytest.raises(LeaseLost, match=r"'old' lost the lease on run tree 'root'.*'new'"):
-            old.save_many([make_state("root", content="late"), child], [event], owner="old")
+        with pytest.raises(
+            LeaseLost, match=r"'old' lost the lease on run tree 'root' \(its epoch 1; .*'new'"
+        ):
+            old.save_many([make_state("root", content="late"), child], [event], fence=old_fence)
+        with pytest.raises(LeaseLost):
+            old.add_events([event], fence=old_fence)
         assert new.load("root").messages[0]["content"] == "by old"
         with pytest.raises(RunNotFound):
             new.load("child")
         assert new.events() == []
-        new.save(make_state("root", content="by new"), owner="new")
-        with pytest.raises(LeaseLost, match="held by nobody"):
-            old.save(make_state("elsewhere"), owner="old")
+        new.save(make_state("root", content="by new"), fence=new_fence)
+        nobody = attrs.evolve(old_fence, key="elsewhere")
+        with pytest.raises(LeaseLost, match="nobody holds it now"):
+            old.save(make_state("elsewhere"), fence=nobody)
+        new.release_lease("root", "new")
+        with pytest.raises(LeaseLost, match="nobody holds it now"):
+            new.save(make_state("root"), fence=new_fence)
+        assert new.acquire_lease("root", "old").epoch == 3  # never goes back after a release
 
 
 def test_a_fenced_save_and_a_takeover_wait_for_each_other(pg_url: str) -> None:
     with PostgresStore(pg_url) as old, PostgresStore(pg_url) as new:
-        old.acquire_lease("root", "old", ttl=30.0, now=1000.0)
+        old_fence = old.acquire_lease("root", "old", ttl=30.0, now=1000.0)
         taken: list[Any] = []
         with old.transaction():
-            old.save(make_state("root", content="by old"), owner="old")  # not committed
+            old.save(make_state("root", content="by old"), fence=old_fence)  # not committed
             taker = threading.Thread(
                 target=lambda: taken.append(new.acquire_lease("root", "new", now=1031.0))
             )
@@ -605,12 +631,12 @@ def test_a_fenced_save_and_a_takeover_wait_for_each_other(pg_url: str) -> None:
             taker.join(timeout=0.5)
             assert taker.is_alive()  # the takeover waits for the save
         taker.join(timeout=30)
-        assert taken == [None]
+        assert [fence.holder for fence in taken] == ["new"]
         saved: list[Any] = []
 
         def late_save() -> None:
             try:
-                old.save(make_state("root", content="late"), owner="old")
+                old.save(make_state("root", content="late"), fence=old_fence)
             except LeaseLost as exc:
                 saved.append(exc)
 
@@ -658,9 +684,9 @@ def test_stores_racing_for_a_lease_one_wins(pg_url: str) -> None:
                     for i, s in enumerate(stores)
                 ]
             )
-            winners = [i for i, r in enumerate(results) if r is None]
+            winners = [i for i, r in enumerate(results) if isinstance(r, Fence)]
             assert len(winners) == 1, results
-            assert all(isinstance(r, LeaseError) for r in results if r is not None), results
+            assert all(isinstance(r, LeaseError) for r in results if not isinstance(r, Fence))
             assert stores[0].lease_holder(root) == f"owner {winners[0]}"
     finally:
         for s in stores:
@@ -709,8 +735,9 @@ def test_store_calls_inside_a_transaction_join_it(store: PostgresStore) -> None:
     store.save(state)  # the rolled-back save was not counted: the whole transcript is written
     assert store.load("r1") == state
     with store.transaction():
+        nobody = Fence(scope="lease", key="r2", holder="nobody", epoch=1)
         with pytest.raises(LeaseLost):
-            store.save(make_state("r2"), owner="nobody")  # its savepoint rolls back alone
+            store.save(make_state("r2"), fence=nobody)  # its savepoint rolls back alone
         store.save(make_state("r3"))
     assert [s.run_id for s in store.list_runs()] == ["r1", "r3"]
 
@@ -722,16 +749,59 @@ def test_claim_a_running_run(store: PostgresStore, pg_url: str) -> None:
     state = make_state()
     turns(state, 2)
     store.save(state)
-    assert store.claim("r1", "w1") == state
+    first = store.claim("r1", "w1")
+    assert first is not None and first[0] == state
     assert executor_of(pg_url, "r1") == "w1"
-    assert store.claim("r1", "w2") == state  # a worker taking over (the first one died)
+    second = store.claim("r1", "w2")  # a worker taking over (the first one died)
+    assert second is not None and second[0] == state
     assert executor_of(pg_url, "r1") == "w2"
+    assert (first[1].holder, first[1].epoch) == ("w1", 1)
+    assert (second[1].holder, second[1].epoch) == ("w2", 2)
     assert store.claim("ghost", "w1") is None
     done = make_state("done")
     done.status = Status.COMPLETED
     store.save(done)
     assert store.claim("done", "w1") is None
     assert executor_of(pg_url, "done") is None
+
+
+def test_a_worker_whose_claim_was_taken_over_saves_nothing(
+    store: PostgresStore, pg_url: str
+) -> None:
+    """A worker declared dead that wakes up: every write under its old claim
+    fails, in the transaction of the write, and leaves the successor's state."""
+    state = make_state()
+    store.save(state)
+    stale = store.claim("r1", "w1")
+    fresh = store.claim("r1", "w2")
+    assert stale is not None and fresh is not None
+    event = {"run_id": "r1", "root_id": "r1", "type": "turn", "at": 1.0}
+    late = make_state(content="late")
+    with pytest.raises(LeaseLost, match=r"'w1' lost the claim on run 'r1' \(its epoch 1; .*'w2'"):
+        store.save(late, [event], fence=stale[1])
+    with pytest.raises(LeaseLost):
+        store.add_events([event], fence=stale[1])
+    with pytest.raises(LeaseLost):
+        store.check_fence(stale[1])
+    store.check_fence(fresh[1])
+    store.save(make_state(content="fresh"), [event], fence=fresh[1])
+    assert store.load("r1").messages[0]["content"] == "fresh"
+    assert len(store.events("r1")) == 1
+    assert store.stop_running("r1", "stop") == ["r1"]  # a stop in the database fences too
+    with pytest.raises(LeaseLost, match="its epoch 2"):
+        store.save(make_state(content="after"), fence=fresh[1])
+    assert store.load("r1").status is Status.INTERRUPTED
+
+
+def test_stop_running_stops_every_running_run_of_the_tree(store: PostgresStore) -> None:
+    store.save(make_state("root"))
+    store.save(make_state("claimed", "root", parent_id="root"))
+    store.save(make_state("elsewhere"))
+    store.claim("claimed", "w1")
+    assert store.stop_running("root", "worker gone") == ["claimed", "root"]
+    assert {s.status for s in store.tree("root")} == {Status.INTERRUPTED}
+    assert store.load("elsewhere").status is Status.RUNNING
+    assert store.claim("claimed", "w2") is None
 
 
 def test_stop_unclaimed_stops_only_queued_runs_of_the_tree(
@@ -813,7 +883,7 @@ def test_claim_and_stop_racing_exactly_one_wins(pg_url: str) -> None:
             )
             state = worker.load(root)
             if claimed is not None:
-                assert isinstance(claimed, RunState), claimed
+                assert isinstance(claimed[0], RunState), claimed
                 assert stopped == [], stopped
                 assert state.status is Status.RUNNING
                 assert executor_of(pg_url, root) == "w1"

@@ -60,7 +60,11 @@ class _Gated:
 
 
 def _worker(
-    store: PostgresStore, ledger: PostgresLedger, root: RunState, provider: _Gated
+    store: PostgresStore,
+    ledger: PostgresLedger,
+    root: RunState,
+    provider: _Gated,
+    executor: str = "w1",
 ) -> Worker:
     """A worker (not serving) whose tree ``root`` is primed: no DBOS, no recipe."""
     runner = WorkerRunner(
@@ -69,9 +73,9 @@ def _worker(
         store=store,
         queue=_NoQueue(),
         ledger=ledger,
-        owner="w1",
+        owner=executor,
     )
-    worker = Worker(database=store.path, executor_id="w1")
+    worker = Worker(database=store.path, executor_id=executor)
     worker._store, worker._ledger = store, ledger
     worker._roots[root.run_id] = (runner, AGENT)
     return worker
@@ -168,3 +172,43 @@ async def test_an_abandoned_step_does_not_swallow_another_runs_exit(
     assert store.load(failing.run_id).turns == 0
     assert await worker.advance(failing.run_id) == "completed"  # its step, tried again
     assert store.load(failing.run_id).status is Status.COMPLETED
+
+
+async def test_a_step_whose_claim_was_taken_over_saves_and_charges_nothing(
+    store: PostgresStore, ledger: PostgresLedger
+) -> None:
+    """A worker stalls mid-call; a peer declares it dead and claims the run. When
+    the call returns, the stale step is fenced out: no save, no charge (its
+    hold stays, charged at its reservation by the run's next taker), and it
+    ends its workflow (``superseded``) instead of claiming the run back."""
+    provider = _Gated()
+    root, (kid,) = _tree(store, ledger, "part a [gate]")
+    stale = _worker(store, ledger, root, provider)
+    outcome: dict[str, str] = {}
+
+    async def stale_step() -> None:
+        outcome["stale"] = await stale.advance(kid.run_id)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stale_step)
+        with trio.fail_after(30):
+            await provider.waiting.wait()  # its model call is in flight
+        taken = store.claim(kid.run_id, "w2")  # the successor's claim
+        assert taken is not None and taken[1].epoch == 2
+        provider.open.set()
+
+    assert outcome["stale"] == "superseded"
+    saved = store.load(kid.run_id)
+    assert (saved.status, saved.turns) == (Status.RUNNING, 0)  # nothing of the stale step
+    assert ledger.spent(root.run_id).model_calls == 0  # its release was fenced out too
+    assert executor_of(store, kid.run_id) == "w2"
+    successor = _worker(store, ledger, root, provider, executor="w2")
+    assert await successor.advance(kid.run_id) == "completed"
+    done = store.load(kid.run_id)
+    spent = ledger.spent(root.run_id)
+    assert spent.model_calls == 2 == done.own.model_calls  # the stale call charged as lost
+    assert spent.cost_pico == done.own.cost_pico > 0
+
+
+def executor_of(store: PostgresStore, run_id: str) -> str | None:
+    return store.executor(run_id)

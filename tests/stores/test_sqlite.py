@@ -19,6 +19,7 @@ import pytest
 from orchestra._exceptions import (
     ConfigError,
     LeaseError,
+    LeaseLost,
     RunNotFound,
     SchemaVersionError,
     StateError,
@@ -654,9 +655,11 @@ def test_a_version_2_file_keeps_its_runs_and_events_and_loses_two_index_writes(d
         conn.execute("CREATE INDEX events_run_id ON events (run_id)")
         conn.execute("DROP INDEX runs_updated_at")
         conn.execute("CREATE INDEX runs_updated_at ON runs (updated_at)")
+        conn.execute("ALTER TABLE leases DROP COLUMN epoch")  # version 4's
         conn.execute("UPDATE meta SET value = 2 WHERE key = 'schema_version'")
     with SQLiteStore(db) as store, raw(db) as conn:
         assert conn.execute("SELECT value FROM meta").fetchone() == (STORE_SCHEMA_VERSION,)
+        assert store.acquire_lease("root", "me").epoch == 1  # version 4: leases have epochs
         assert "events_run_id" not in _indexes(conn)
         assert _indexes(conn)["runs_updated_at"].endswith("WHERE run_id = root_id")
         assert [e["type"] for e in store.events(run_id="child")] == ["turn"]
@@ -681,6 +684,23 @@ def test_events_are_read_through_the_tree_index(store: SQLiteStore) -> None:
     conn.set_trace_callback(None)
     assert len(plans) == 3
     assert all("USING INDEX events_root_id" in plan for plan in plans), plans
+
+
+def test_every_taking_of_a_lease_fences_out_the_ones_before(store: SQLiteStore) -> None:
+    first = store.acquire_lease("root", "me", ttl=30.0, now=1000.0)
+    store.save(make_state("root"), fence=first)
+    again = store.acquire_lease("root", "me", ttl=30.0, now=1001.0)  # same owner, new taking
+    assert (first.epoch, again.epoch) == (1, 2)
+    with pytest.raises(LeaseLost, match=r"'me' lost the lease on run tree 'root' \(its epoch 1"):
+        store.save(make_state("root"), fence=first)
+    with pytest.raises(LeaseLost):
+        store.add_events([_event("root", "root", "turn")], fence=first)
+    store.save(make_state("root"), fence=again)
+    store.release_lease("root", "me")
+    with pytest.raises(LeaseLost, match="nobody holds it now"):
+        store.save(make_state("root"), fence=again)
+    assert store.lease_holder("root") is None
+    assert store.acquire_lease("root", "you").epoch == 3  # a release never resets the count
 
 
 def test_let_go_clears_the_trees_cancels_and_releases_its_lease(store: SQLiteStore) -> None:

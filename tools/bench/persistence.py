@@ -5,7 +5,7 @@ each turn, the scenario's files in turn) through ``store.save(state, events)``,
 the documented store method the runner calls: per turn, one save after the
 reply (with its ``model_request`` and ``turn`` events) and one after the tool
 result (``tool_start``, ``tool_result``), the state growing by two messages;
-SQLite saves are fenced by the tree's lease (``owner=``), as the runner's are.
+SQLite saves are fenced by the tree's lease (``fence=``), as the runner's are.
 Save cost per turn = both saves; at turn T it is the median over turns
 T−5..T+5 (clipped to the run). Each repeat replays a whole run into a fresh
 ``MemoryStore`` and a fresh ``SQLiteStore`` file. The WAL size is that of
@@ -71,8 +71,7 @@ def replay(store: Any, turns: int) -> tuple[list[float], Any]:
     )
     owner = {}
     if hasattr(store, "acquire_lease"):  # as the runner does: every save fenced by the lease
-        store.acquire_lease(run_id, OWNER)
-        owner = {"owner": OWNER}
+        owner = {"fence": store.acquire_lease(run_id, OWNER)}
     store.save(state, _events(state, 0, ("run_started",)), **owner)
     per_turn = []
     for turn in range(1, turns + 1):
