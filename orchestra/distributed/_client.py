@@ -7,8 +7,9 @@ DBOS's, in the same server.
 - :func:`submit` saves a new root run, opens its ledger row and queues it.
 - :func:`cancel_tree` records one cancel request for the whole tree (each
   worker's watcher cancels the runs it executes, mid-turn), stops at once the
-  runs no worker has taken up (and takes their workflows off the queue), and
-  waits until no run of the tree is running.
+  runs no worker has taken up (and takes their workflows off the queue),
+  stops in the database those still running after a short grace (a worker
+  dead or stalled: fenced out), and waits until no run of the tree is running.
 - :func:`resume_tree` queues an interrupted tree's root again (after an
   approval, say): whichever worker takes it continues it, and re-queues the
   interrupted child that waited for the decision.
@@ -17,10 +18,11 @@ DBOS's, in the same server.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from .._agent import Agent
-from .._exceptions import StateError
+from .._exceptions import StateError, StoreUnreachable
 from .._execute import new_state, reopen_state
 from .._state import Limits, RunState, Status
 from ._dbos import DBOSQueue, migrate, workflow_id
@@ -30,6 +32,11 @@ __all__ = ["Cluster", "cancel_tree", "ledger_rows", "resume_tree", "submit"]
 
 CANCEL_WAIT_S = 30.0
 """How long :func:`cancel_tree` waits for the tree's runs to stop."""
+CANCEL_GRACE_S = 0.3
+"""How long live workers get to stop a cancelled tree's runs themselves before
+the rest are stopped in the database."""
+
+_T = TypeVar("_T")
 
 
 class Cluster:
@@ -82,22 +89,63 @@ def submit(
 
 
 def cancel_tree(
-    cluster: Cluster, run_id: str, reason: str = "cancelled", wait_s: float = CANCEL_WAIT_S
+    cluster: Cluster,
+    run_id: str,
+    reason: str = "cancelled",
+    wait_s: float = CANCEL_WAIT_S,
+    grace_s: float = CANCEL_GRACE_S,
 ) -> list[RunState]:
     """Cancel every run of ``run_id``'s tree, wherever it executes; the tree's states.
 
+    One cancel request for the tree: each live worker's watcher applies it to
+    the runs it executes (their spend recorded as they stop). The runs no
+    worker has taken up are stopped in the database at once; those still
+    running after ``grace_s`` (their worker dead, stalled, or cut off from
+    the database) are stopped there too, each taking its next epoch so that
+    their worker, should it wake, saves nothing more. Then the saved tree
+    costs are set to the ledger's. While the database is away (a restart),
+    each step is tried again until ``wait_s`` runs out.
+
     Returns once no run of the tree is ``running`` (or after ``wait_s``).
     """
-    root_id = cluster.store.load(run_id).root_id
-    cluster.store.request_cancel(root_id, reason)
-    stopped = cluster.store.stop_unclaimed(root_id, reason)
-    cluster.queue.cancel([_current_workflow(cluster, r) for r in stopped])
     deadline = time.monotonic() + wait_s
+    store = cluster.store
+    root_id = _retrying(deadline, lambda: store.load(run_id).root_id)
+    _retrying(deadline, lambda: store.request_cancel(root_id, reason))
+    _stop(cluster, deadline, lambda: store.stop_unclaimed(root_id, reason))
+    states = _running_until(cluster, root_id, time.monotonic() + min(grace_s, wait_s))
+    if any(s.status is Status.RUNNING for s in states):
+        _stop(cluster, deadline, lambda: store.stop_running(root_id, reason))
+    _retrying(deadline, lambda: cluster.ledger.reconcile(root_id))
+    return _running_until(cluster, root_id, deadline)
+
+
+def _stop(cluster: Cluster, deadline: float, stop: Callable[[], list[str]]) -> None:
+    """Stop runs in the database and take their workflows off the queue."""
+    stopped = _retrying(deadline, stop)
+    _retrying(
+        deadline, lambda: cluster.queue.cancel([_current_workflow(cluster, r) for r in stopped])
+    )
+
+
+def _running_until(cluster: Cluster, root_id: str, until: float) -> list[RunState]:
+    """The tree's states once none is running, or at ``until``."""
     while True:
-        states = cluster.store.tree(root_id)
-        if all(s.status is not Status.RUNNING for s in states) or time.monotonic() > deadline:
+        states = _retrying(until, lambda: cluster.store.tree(root_id))
+        if all(s.status is not Status.RUNNING for s in states) or time.monotonic() > until:
             return states
         time.sleep(0.01)
+
+
+def _retrying(deadline: float, call: Callable[[], _T]) -> _T:
+    """``call()``, tried again every 50 ms while the database is away, until ``deadline``."""
+    while True:
+        try:
+            return call()
+        except StoreUnreachable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _current_workflow(cluster: Cluster, run_id: str) -> str:

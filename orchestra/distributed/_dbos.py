@@ -222,14 +222,36 @@ class DBOSQueue:
         """Queue ``run_id``'s current attempt (a no-op if it is queued or ran already)."""
         await in_thread(self.enqueue_now, run_id)
 
+    def live(self, workflow_ids: list[str]) -> set[str]:
+        """Those of ``workflow_ids`` that are queued or executing (blocking); a
+        workflow that ended, or that DBOS never had, is not."""
+        try:
+            found = self._client.list_workflows(
+                workflow_ids=workflow_ids, load_input=False, load_output=False
+            )
+        except Exception as exc:  # DBOS's own database errors, mapped at this boundary
+            if _is_connection_error(exc):
+                raise StoreUnreachable(f"cannot read workflows: {exc}") from exc
+            raise
+        return {w.workflow_id for w in found if w.status in _LIVE}
+
     def cancel(self, workflow_ids: list[str]) -> None:
         """Take workflows off the queue (blocking; those running end at their next step)."""
         for wid in workflow_ids:
-            self._client.cancel_workflow(wid)
+            try:
+                self._client.cancel_workflow(wid)
+            except Exception as exc:  # DBOS's own database errors, mapped at this boundary
+                if _is_connection_error(exc):
+                    raise StoreUnreachable(f"cannot cancel workflow {wid}: {exc}") from exc
+                raise
 
     def close(self) -> None:
         """Close the client's connections."""
         self._client.destroy()
+
+
+_LIVE = frozenset({"PENDING", "ENQUEUED", "DELAYED"})
+"""DBOS's statuses of a workflow that has not ended."""
 
 
 def _is_connection_error(exc: BaseException) -> bool:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import attrs
@@ -127,6 +127,8 @@ class _Transactions(Protocol):
     def transaction(self) -> Any: ...
 
     def check_fence(self, fence: Fence) -> None: ...
+
+    def amend_usage(self, usages: Mapping[str, tuple[Usage, Usage | None]]) -> list[str]: ...
 
 
 @attrs.frozen
@@ -325,6 +327,26 @@ class PostgresLedger:
     async def refresh(self, run: LiveRun) -> None:
         """Load the lineage's numbers (e.g. after a child on another worker spent)."""
         await self.guarded(run, lambda: None)
+
+    def reconcile(self, root_id: str) -> list[str]:
+        """Set the saved tree and own spend of the stopped runs of the tree
+        ``root_id`` to the ledger's; the ids of the runs amended.
+
+        The ledger is the record of what was charged: a run stopped in the
+        database, a parent whose children spent after its last save, or a run
+        whose worker died between a charge and its save, lags it until then.
+        """
+        with self.store.transaction() as conn:
+            rows = conn.execute(
+                "SELECT run_id, tree, own FROM ledger WHERE root_id = %s ORDER BY depth, run_id"
+                " FOR UPDATE",
+                (root_id,),
+            ).fetchall()
+            usages = {
+                run_id: (_usage(tree), None if own is None else _usage(own))
+                for run_id, tree, own in rows
+            }
+            return self.store.amend_usage(usages)
 
     def spent(self, root_id: str) -> Usage:
         """The sum of the tree's ``ledger_spend`` rows."""

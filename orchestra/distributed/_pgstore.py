@@ -37,7 +37,7 @@ import contextlib
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Self, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -53,7 +53,7 @@ from .._exceptions import (
     StoreError,
     StoreUnreachable,
 )
-from .._state import Interruption, InterruptionKind, RunState, Status
+from .._state import Interruption, InterruptionKind, RunState, Status, Usage
 from .._stores import fence as fences
 from .._stores.fence import Fence
 from .._stores.sqlite import (
@@ -155,6 +155,7 @@ _SELECT_STATES = """
     )
     FROM runs r WHERE """
 
+_UPDATE_HEAD = "UPDATE runs SET status = %s, updated_at = %s, state = %s WHERE run_id = %s"
 _STOP_HEAD = """
     UPDATE runs SET status = %s, updated_at = %s, state = %s, epoch = epoch + 1 WHERE run_id = %s
 """
@@ -628,6 +629,27 @@ class PostgresStore:
             self._on_commit(lambda: self._written(states))
         return ids
 
+    def amend_usage(self, usages: Mapping[str, tuple[Usage, Usage | None]]) -> list[str]:
+        """Set the saved ``tree`` usage (and ``own``, unless None) of the runs named,
+        those not running (a running run's executor saves its own numbers);
+        the ids of the runs whose saved state changed, in id order.
+
+        For the budget ledger, which records what was charged.
+        """
+        with self._transaction(f"amend the usage of {len(usages)} run(s)") as conn:
+            states = _select_states(
+                conn,
+                "r.run_id = ANY(%s) AND r.status <> %s ORDER BY r.run_id FOR UPDATE",
+                (list(usages), Status.RUNNING.value),
+            )
+            changed = [s for s in states if _amended(s, *usages[s.run_id])]
+            for state in changed:
+                conn.execute(
+                    _UPDATE_HEAD, (state.status.value, state.updated_at, _head(state), state.run_id)
+                )
+            self._on_commit(lambda: self._written(changed))
+        return [s.run_id for s in changed]
+
     def requeue(self, run_id: str) -> int:
         """Count one more (re)queueing of ``run_id`` and clear its executor; the new count.
 
@@ -643,6 +665,29 @@ class PostgresStore:
         if row is None:
             raise RunNotFound(f"no run {run_id!r} in {self._url}")
         return int(row[0])
+
+    def requeue_if(self, run_id: str, attempt: int) -> int | None:
+        """:meth:`requeue` if ``run_id`` is running and still at ``attempt`` (of
+        several workers doing it at once, one does); the new count, or None.
+        """
+        with self._transaction(f"requeue run {run_id!r}") as conn:
+            row = conn.execute(
+                "UPDATE runs SET attempt = attempt + 1, executor = NULL"
+                " WHERE run_id = %s AND attempt = %s AND status = %s RETURNING attempt",
+                (run_id, attempt, Status.RUNNING.value),
+            ).fetchone()
+        return None if row is None else int(row[0])
+
+    def stale_running(self, before: float) -> list[tuple[str, int]]:
+        """Runs saved ``running`` and not saved since ``before``: (run id, attempt)."""
+        rows = self._read(
+            "find runs that stopped moving",
+            "SELECT run_id, attempt FROM runs WHERE status = %s AND updated_at < %s"
+            " ORDER BY run_id",
+            Status.RUNNING.value,
+            before,
+        )
+        return [(str(run_id), int(attempt)) for run_id, attempt in rows]
 
     def attempt(self, run_id: str) -> int:
         """How many times ``run_id`` was (re)queued (0: never).
@@ -865,6 +910,15 @@ def _select_states(conn: Connection, where: str, params: Sequence[object]) -> li
         joined(head, [_message(run_id, i, data) for i, data in enumerate(messages)])
         for run_id, head, messages in rows
     ]
+
+
+def _amended(state: RunState, tree: Usage, own: Usage | None) -> bool:
+    """Set ``state``'s usage to the ledger's; whether it changed."""
+    own = state.own if own is None else own
+    if (state.tree, state.own) == (tree, own):
+        return False
+    state.tree, state.own = tree, own
+    return True
 
 
 def _stop(state: RunState, reason: str, now: float) -> None:

@@ -24,6 +24,7 @@ an import reference (``orchestra.distributed.submit(agents="pkg.mod:attr")``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import socket
@@ -38,7 +39,7 @@ import trio
 from .._agent import Agent
 from .._cli.recipe import Recipe
 from .._events import EventSink
-from .._exceptions import ConfigError, StateError, StoreUnreachable
+from .._exceptions import ConfigError, StateError, StoreError, StoreUnreachable
 from .._execute import execute, trio_deadline
 from .._model.provider import OpenAIProvider
 from .._money import PriceTable
@@ -47,6 +48,7 @@ from .._state import RunState, Status
 from . import _dbos
 from ._host import WorkerRunner
 from ._ledger import PostgresLedger
+from ._stall import StallWatch
 from ._threads import StepAbandoned, hold, in_thread, step_fence, step_superseded, stepping
 
 __all__ = ["AGENTS_KEY", "DEAD_AFTER_S", "Worker", "agent_of_reference"]
@@ -155,8 +157,13 @@ class Worker:
                 )
                 self._launched = True
                 nursery.start_soon(self._watch)
-                task_status.started()
-                await trio.sleep_forever()
+                watch = StallWatch(max(self.heartbeat_s, 0.5), self._on_stall)
+                trio.lowlevel.add_instrument(watch)
+                try:
+                    task_status.started()
+                    await trio.sleep_forever()
+                finally:
+                    trio.lowlevel.remove_instrument(watch)
         finally:
             with trio.CancelScope(shield=True):
                 await self._close()
@@ -361,7 +368,7 @@ class Worker:
         its runs are being continued elsewhere: it stops at once
         (:attr:`on_declared_dead`) rather than execute them twice.
         """
-        healthy_since = time.monotonic()
+        healthy_since = sweep_at = time.monotonic()
         while True:
             await trio.sleep(self.heartbeat_s)
             # Not through the store's shared thread limit: runs waiting on locks
@@ -379,6 +386,46 @@ class Worker:
                 return
             if dead:
                 await trio.to_thread.run_sync(_dbos.recover, dead)
+            if judge and time.monotonic() >= sweep_at:
+                sweep_at = time.monotonic() + self.dead_after_s / 2
+                with contextlib.suppress(StoreUnreachable):
+                    await trio.to_thread.run_sync(self._sweep)
+
+    def _on_stall(self, seconds: float) -> None:
+        """This process was frozen for ``seconds``: before any task goes on, see
+        whether peers declared it dead meanwhile (then stop, as the heartbeat
+        would a beat later: a tool past its sleep must not reach its effect)."""
+        try:
+            alive = self._heartbeat(judge=False) is not None
+        except StoreError:  # cannot tell now; its saves and decisions are fenced anyway
+            return
+        if not alive:
+            self.on_declared_dead(self.executor_id)
+
+    def _sweep(self) -> list[str]:
+        """Queue again the runs left ``running`` with no workflow to continue them
+        (theirs ended, or never began) and not saved for ``dead_after_s``; their ids.
+
+        Each is queued under its next attempt, by one worker only (the attempt
+        is compared and increased in one statement).
+        """
+        assert self._queue is not None
+        runs = self._store.stale_running(time.time() - self.dead_after_s)
+        if not runs:
+            return []
+        live = self._queue.live([_dbos.workflow_id(run_id, n) for run_id, n in runs])
+        moved = []
+        for run_id, attempt in runs:
+            if _dbos.workflow_id(run_id, attempt) in live:
+                continue
+            if self._store.requeue_if(run_id, attempt) is not None:
+                self._queue.enqueue_now(run_id)
+                moved.append(run_id)
+                sys.stderr.write(
+                    f"worker {self.executor_id}: run {run_id} was left running "
+                    "with no workflow; queued again\n"
+                )
+        return moved
 
     def _heartbeat(self, first: bool = False, judge: bool = True) -> list[str] | None:
         """Beat; if ``judge``, claim the workers dead since (their rows go); their
