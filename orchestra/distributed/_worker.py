@@ -235,6 +235,9 @@ class Worker:
             del self._running[run_id]
         if live.state.status is not Status.RUNNING:
             self._taken.discard(run_id)
+            if live.state.parent_id is None and not step_superseded():
+                assert self._ledger is not None  # the saved tree costs are the ledger's
+                await in_thread(self._ledger.reconcile, run_id)
         return live.state.status.value
 
     async def _fail(self, state: RunState, reason: str) -> str:

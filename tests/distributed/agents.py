@@ -14,7 +14,9 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -86,3 +88,83 @@ def _slow_tree_parent(child: Agent, limits: Limits) -> Agent:
         limits=limits,
         max_tokens=4096,
     )
+
+
+# -- the chaos test's trees ---------------------------------------------------------
+
+
+def _line(phase: str, key: str) -> None:
+    """One journal line (one append: whole lines, whatever process writes)."""
+    path = os.environ["ORCHESTRA_TEST_JOURNAL"]
+    text = f"{phase} {key} {os.getpid()} {time.time():.6f}\n".encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, text)
+    finally:
+        os.close(fd)
+
+
+async def _journaled_write(ctx: ToolContext, seconds: float, *, idempotent: bool) -> str:
+    """``start``, the write's 3 s, then its ``effect`` (once per key when
+    ``idempotent``: a key already journaled is not written again); ``end``."""
+    key = ctx.idempotency_key
+    _line("start", key)
+    try:
+        journal = trio.Path(os.environ["ORCHESTRA_TEST_JOURNAL"])
+        done = {
+            line.split()[1]
+            for line in (await journal.read_text()).splitlines()
+            if line.startswith("effect ")
+        }
+        if idempotent and key in done:
+            return "Journaled already."
+        await trio.sleep(seconds)
+        await trio.lowlevel.checkpoint()
+        _line("effect", key)
+        return "Scanned: 1 match in errors.log; journaled."
+    finally:
+        _line("end", key)
+
+
+@tool(name="scan_archive", idempotent=True)
+async def chaos_idempotent_scan(query: str, ctx: ToolContext, seconds: float = 3.0) -> str:
+    """Scan the archive and journal the finding (a slow idempotent write).
+
+    Args:
+        query: the text to look for.
+        seconds: how long the scan takes.
+    """
+    return await _journaled_write(ctx, seconds, idempotent=True)
+
+
+@tool(name="scan_archive")
+async def chaos_plain_scan(query: str, ctx: ToolContext, seconds: float = 3.0) -> str:
+    """Scan the archive and journal the finding (a slow plain write: never run twice
+    without a human).
+
+    Args:
+        query: the text to look for.
+        seconds: how long the scan takes.
+    """
+    return await _journaled_write(ctx, seconds, idempotent=False)
+
+
+def _chaos_tree(scan: Any) -> Agent:
+    researcher = Agent(
+        name="researcher",
+        model="researcher",
+        instructions="You are a researcher.",
+        tools=(scan,),
+        limits=Limits(max_turns=4, max_budget_usd=0.004),
+    )
+    return _slow_tree_parent(researcher, Limits(max_turns=12, max_budget_usd=0.02))
+
+
+def chaos_idempotent_tree() -> Agent:
+    """The ``slow_tree`` parent over researchers whose write is idempotent."""
+    return _chaos_tree(chaos_idempotent_scan)
+
+
+def chaos_plain_tree() -> Agent:
+    """The ``slow_tree`` parent over researchers whose write is plain."""
+    return _chaos_tree(chaos_plain_scan)

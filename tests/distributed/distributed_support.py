@@ -54,9 +54,11 @@ class Workers:
                 stderr=subprocess.STDOUT,
             )
 
-    def wait_ready(self) -> None:
+    def wait_ready(self, *names: str) -> None:
+        """Wait until the workers ``names`` (all if none) said they are ready."""
         deadline = time.monotonic() + READY_S
-        for name, proc in self.procs.items():
+        for name in names or list(self.procs):
+            proc = self.procs[name]
             log = self.logs / f"{name}.log"
             while b"ready" not in log.read_bytes():
                 assert proc.poll() is None, f"worker {name} exited:\n{log.read_text()}"
@@ -84,12 +86,14 @@ class Workers:
 
 
 @contextmanager
-def workers(url: str, logs: Path, count: int, env: dict[str, str]) -> Iterator[Workers]:
+def workers(
+    url: str, logs: Path, count: int, env: dict[str, str], concurrency: int = 3
+) -> Iterator[Workers]:
     """``count`` ready workers (w1…), stopped after the block; DBOS's database dropped."""
     pool = Workers(url, logs, env)
     try:
         for i in range(1, count + 1):
-            pool.start(f"w{i}")
+            pool.start(f"w{i}", concurrency)
         pool.wait_ready()
         yield pool
     finally:
