@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from ._exceptions import StateError
 from ._state import Approval, Interruption, InterruptionKind, RunState, Status
+from ._stores.contract import DurableStore
 from ._stores.memory import Store
-from ._stores.sqlite import SQLiteStore
 
 __all__ = ["approve", "cancel_unowned", "reject", "waiting_call"]
 
@@ -115,7 +115,7 @@ def _refuse_second_decision(holder: RunState, call_id: str, decision: str, reaso
             raise StateError(f"{where} was already {said}; it is not rejected again otherwise")
 
 
-def cancel_unowned(store: SQLiteStore, run_id: str, reason: str, owner: str) -> list[str]:
+def cancel_unowned(store: DurableStore, run_id: str, reason: str, owner: str) -> list[str]:
     """Stop ``run_id`` and its running descendants in the store, as ``owner``.
 
     For a tree no live process holds (its process died): every run of the

@@ -42,7 +42,7 @@ from ._telemetry.otlp_protocol import PROTOCOLS
 
 if TYPE_CHECKING:
     from ._cli.session import Session
-    from ._stores.sqlite import SQLiteStore
+    from ._stores.contract import DurableStore
 
 # Modules that run trees (trio, the runner, the tokenizer, OpenTelemetry, the
 # demo's tools) are imported inside the commands that need them: `--help`,
@@ -51,14 +51,14 @@ if TYPE_CHECKING:
 __all__ = ["main", "run"]
 
 
-def _store(path: str | None) -> SQLiteStore:
+def _store(path: str | None) -> DurableStore:
     """The SQLite store at ``path``, or the PostgreSQL store a postgresql:// URL names."""
     from ._stores.sqlite import SQLiteStore
 
     if _distributed(path):
         from .distributed import PostgresStore
 
-        return PostgresStore(str(path))  # type: ignore[return-value]  # the same interface
+        return PostgresStore(str(path))
     return SQLiteStore(path)
 
 
@@ -74,7 +74,7 @@ def _distributed(path: str | None) -> bool:
     return True
 
 
-def _loaded(store_path: str | None, run_id: str) -> tuple[SQLiteStore, RunState]:
+def _loaded(store_path: str | None, run_id: str) -> tuple[DurableStore, RunState]:
     """The store and the run that a (possibly shortened) id names."""
     store = _store(store_path)
     return store, store.load(store.resolve(run_id))
@@ -178,7 +178,7 @@ def _money_fields(money: Money) -> dict[str, Any]:
 def _sandbox(directory: str | None) -> Path:
     import tempfile
 
-    from .testing import make_sandbox
+    from ._scripted import make_sandbox
 
     if directory is None:
         return make_sandbox(tempfile.mkdtemp(prefix="orchestra-demo-"))
@@ -317,7 +317,7 @@ class DemoCommand(click.Command):
 
     def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         from ._cli.demo import SCENARIOS
-        from .testing._scenarios import SCENARIOS as SCRIPTS
+        from ._scripted.scenarios import SCENARIOS as SCRIPTS
 
         super().format_help_text(ctx, formatter)
         with formatter.section("Scenarios"):
@@ -760,7 +760,7 @@ def _decision(fn: Callable[..., Any]) -> Callable[..., Any]:
 @store_option
 @json_option
 @_decision
-def approve(store: SQLiteStore, run_id: str, call_id: str | None = None) -> dict[str, Any]:
+def approve(store: DurableStore, run_id: str, call_id: str | None = None) -> dict[str, Any]:
     """Approve the call RUN_ID waits on (bound to its exact arguments)."""
     from ._approval import approve as decide
 
@@ -775,7 +775,7 @@ def approve(store: SQLiteStore, run_id: str, call_id: str | None = None) -> dict
 @json_option
 @_decision
 def reject(
-    store: SQLiteStore, run_id: str, call_id: str | None = None, reason: str = ""
+    store: DurableStore, run_id: str, call_id: str | None = None, reason: str = ""
 ) -> dict[str, Any]:
     """Reject the call RUN_ID waits on; the model is told why."""
     from ._approval import reject as decide
@@ -867,7 +867,7 @@ def _cancel_everywhere(
 
 
 def _cancel_unowned(
-    store: SQLiteStore, state: RunState, reason: str, as_json: bool, store_path: str | None
+    store: DurableStore, state: RunState, reason: str, as_json: bool, store_path: str | None
 ) -> None:
     """Stop a run whose process died: recorded in the store, nothing left armed."""
     from ._approval import cancel_unowned
@@ -1103,7 +1103,7 @@ def serve_scripted_command(host: str, port: int, latency_ms: float) -> None:
 
     import trio
 
-    from .testing import serve_scripted
+    from ._scripted.server import serve_scripted
 
     async def serve() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

@@ -43,8 +43,9 @@ from ._redact import redact_data
 from ._result import RunResult
 from ._run import Ledger, LiveRun
 from ._state import Interruption, Limits, RunState, Status
+from ._stores.contract import CancelInbox, Leases, Store
 from ._stores.fence import Fence
-from ._stores.memory import MemoryStore, Store
+from ._stores.memory import MemoryStore
 
 __all__ = ["RunHandle", "Runner"]
 
@@ -129,6 +130,13 @@ class Runner:
     _poller: trio.Event | None = attrs.field(default=None, init=False)
     """Set when the watcher that polls for every tree stops (another takes over)."""
     owner: str = attrs.field(factory=lambda: f"pid {os.getpid()} on {socket.gethostname()}")
+    _inbox: CancelInbox | None = attrs.field(default=None, init=False)
+    """The store's cancel requests, if it takes any (read once, when the runner is built)."""
+    _leases: Leases | None = attrs.field(default=None, init=False)
+    """The store's leases, if it keeps any (read once, when the runner is built)."""
+
+    def __attrs_post_init__(self) -> None:
+        self._inbox, self._leases = self.store.inbox, self.store.leases
 
     def now(self) -> float:
         """Wall-clock seconds, advancing with trio's clock (so a MockClock moves it too)."""
@@ -204,12 +212,7 @@ class Runner:
             return
         fence = self.fence(root_id)
         try:
-            save_many = getattr(self.store, "save_many", None)
-            if save_many is not None:
-                save_many(list(batch.states.values()), batch.events, fence=fence)
-            else:
-                for state in batch.states.values():
-                    self.store.save(state, batch.events_of(state.run_id), fence=fence)
+            self.store.save_many(list(batch.states.values()), batch.events, fence=fence)
         except LeaseLost as exc:
             self._lose(root_id, str(exc))
 
@@ -355,14 +358,15 @@ class Runner:
     async def _root(self, live: LiveRun) -> RunResult:
         root_id = live.state.run_id
         self._lost.pop(root_id, None)
-        fence = self._lease("acquire_lease", root_id, ttl=self.lease_ttl)
-        if fence is not None:
-            self._fences[root_id] = fence
-        self._store_call("clear_cancels", root_id)  # requests nobody applied are stale
+        inbox, leases = self._inbox, self._leases
+        if leases is not None:
+            self._fences[root_id] = leases.acquire_lease(root_id, self.owner, ttl=self.lease_ttl)
+        if inbox is not None:
+            inbox.clear_cancels(root_id)  # requests nobody applied are stale
         try:
             async with trio.open_nursery() as nursery:
-                if hasattr(self.store, "pending_cancels"):
-                    nursery.start_soon(self._watch, root_id)
+                if inbox is not None:
+                    nursery.start_soon(self._watch, root_id, inbox)
                 await execute(live)
                 nursery.cancel_scope.cancel()
         finally:
@@ -375,22 +379,15 @@ class Runner:
     def _let_go(self, root_id: str) -> None:
         """Release the tree: its lease (if still ours) and cancel requests nobody applied."""
         self._fences.pop(root_id, None)
-        if root_id in self._lost:
-            self._lease("release_lease", root_id)
-        elif hasattr(self.store, "let_go"):
-            self._lease("let_go", root_id)  # both in one transaction
+        if self._leases is None:
+            if self._inbox is not None:
+                self._inbox.clear_cancels(root_id)
+        elif root_id in self._lost:
+            self._leases.release_lease(root_id, self.owner)
         else:
-            self._store_call("clear_cancels", root_id)
-            self._lease("release_lease", root_id)
+            self._leases.let_go(root_id, self.owner)  # its cancel requests too, at once
 
-    def _lease(self, method: str, root_id: str, **kwargs: Any) -> Any:
-        return self._store_call(method, root_id, self.owner, **kwargs)
-
-    def _store_call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        call = getattr(self.store, method, None)
-        return None if call is None else call(*args, **kwargs)
-
-    async def _watch(self, root_id: str) -> None:
+    async def _watch(self, root_id: str, inbox: CancelInbox) -> None:
         """Keep tree ``root_id`` watched (cancel requests, lease) while it runs.
 
         One watcher at a time polls for every tree of this runner; the others
@@ -402,7 +399,7 @@ class Runner:
                 if self._poller is None:
                     self._poller = trio.Event()
                     try:
-                        await self._poll()
+                        await self._poll(inbox)
                     finally:
                         self._poller.set()
                         self._poller = None
@@ -411,7 +408,7 @@ class Runner:
         finally:
             del self._watched[root_id]
 
-    async def _poll(self) -> None:
+    async def _poll(self, inbox: CancelInbox) -> None:
         """Apply cancel requests other processes leave in the store; keep the leases.
 
         One query per ``poll_interval`` for all trees. If a lease cannot be
@@ -420,17 +417,19 @@ class Runner:
         """
         while True:
             await trio.sleep(self.poll_interval)
-            for run_id, reason in self.store.pending_cancels().items():  # type: ignore[attr-defined]
+            for run_id, reason in inbox.pending_cancels().items():
                 if self.cancel(run_id, reason):
-                    self.store.clear_cancel(run_id)  # type: ignore[attr-defined]
+                    inbox.clear_cancel(run_id)
             now = trio.current_time()
             for root_id, renew_at in list(self._watched.items()):
                 if now >= renew_at and root_id not in self._lost:
                     self._renew(root_id, now)
 
     def _renew(self, root_id: str, now: float) -> None:
+        if self._leases is None:
+            return
         try:
-            self._lease("renew_lease", root_id, ttl=self.lease_ttl)
+            self._leases.renew_lease(root_id, self.owner, ttl=self.lease_ttl)
         except LeaseError as exc:
             self._lose(root_id, str(exc))
         else:
@@ -447,6 +446,3 @@ class _Batch:
     def add(self, state: RunState, events: Sequence[dict[str, Any]]) -> None:
         self.states[state.run_id] = state  # the live state: saved as it is at the end
         self.events.extend(events)
-
-    def events_of(self, run_id: str) -> list[dict[str, Any]]:
-        return [e for e in self.events if e["run_id"] == run_id]

@@ -8,7 +8,7 @@ import sys
 ENDLESS = [
     sys.executable,
     "-c",
-    "import orchestra.testing._scenarios as s\n"
+    "import orchestra._scripted.scenarios as s\n"
     "call = s._call\n"
     "s._call = lambda name, **a: call(\n"
     "    name, **({**a, 'seconds': 86400.0} if name == 'scan_archive' else a)\n"

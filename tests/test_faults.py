@@ -23,8 +23,8 @@ from orchestra import (
 )
 from orchestra._cli.demo import demo_agent, demo_task, parse_scenario
 from orchestra._cli.recipe import DEMO_TIMEOUT_S, Recipe
+from orchestra._scripted.faults import FaultCounter, FaultSpec, Modifier
 from orchestra.testing import ScriptedTransport, ScriptError, reply, scripted_server
-from orchestra.testing._faults import FaultCounter, FaultSpec, Modifier
 
 CHAT = {"model": "plan", "messages": [{"role": "user", "content": "What went wrong?"}]}
 FAST = RetryPolicy(wait_initial=0.01, wait_max=0.1, wait_jitter=0.01)

@@ -5,7 +5,7 @@ The root agent's model names the scenario; research scenarios give it a
 for ``deep``). Everything runs against the scripted provider.
 
 A scenario may carry fault modifiers, ``plan+429x3`` (see
-:mod:`orchestra.testing._faults`): the root agent's model is the whole name,
+:mod:`orchestra._scripted.faults`): the root agent's model is the whole name,
 so the scripted provider plays the faults on the root's requests; children
 ask for plain ``researcher``.
 """
@@ -75,8 +75,8 @@ def parse_scenario(name: str) -> tuple[str, tuple[str, ...]]:
         ConfigError: the base is not one of :data:`SCENARIOS`, or a modifier is
             malformed or unknown (the message names the known ones).
     """
-    from ..testing._faults import FaultSpec
-    from ..testing._scenarios import ScriptError
+    from .._scripted.faults import FaultSpec
+    from .._scripted.scenarios import ScriptError
 
     try:
         spec = FaultSpec.parse(name)

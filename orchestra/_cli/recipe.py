@@ -206,7 +206,7 @@ class Recipe:
             finally:
                 await provider.aclose()
             return
-        from ..testing import scripted_server
+        from .._scripted.server import scripted_server
 
         async with scripted_server(faults=self.faults) as url:
             provider = OpenAIProvider(

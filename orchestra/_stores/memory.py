@@ -1,57 +1,50 @@
-"""Where run states are kept between steps (and between processes).
+"""Run states kept in this process's memory: :class:`MemoryStore`.
 
-The interface is small on purpose: save a state, load one, list some, append
-and read events. ``save`` is synchronous and atomic: a run's state is replaced
-whole or not at all. Stores append transcripts rather than rewrite them (see
+It fulfils :class:`~orchestra._stores.contract.Store` (re-exported here) and
+offers neither cancel requests nor leases: nothing outside the process can
+reach it. Transcripts are appended rather than rewritten (see
 :mod:`orchestra._stores.transcripts`), so a save costs what the step added.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import orjson
 
-from .._exceptions import RunNotFound
+from .._exceptions import ConfigError, RunNotFound, StateError
 from .._state import RunState
+from . import fence as fences
+from .contract import CancelInbox, Leases, Store
 from .fence import Fence
-from .transcripts import SavedTranscripts, head_json, joined, message_json
+from .shared import EVENT_KEYS, pick_run_id
+from .transcripts import SavedTranscripts, joined, store_rows
 
 __all__ = ["MemoryStore", "Store"]
 
 
-class Store(Protocol):
-    """Persistence for run states and their events."""
-
-    def save(
-        self, state: RunState, events: Sequence[dict[str, Any]] = (), *, fence: Fence | None = None
-    ) -> None:
-        """Replace the saved state of ``state.run_id`` and append ``events``, atomically.
-
-        With ``fence`` (a lease or a claim the store granted), the save happens
-        only if that fence is still current, checked in the same transaction,
-        and raises :class:`~orchestra.LeaseLost` otherwise.
-        """
-        ...
-
-    def load(self, run_id: str) -> RunState:
-        """The last saved state. Raises :class:`RunNotFound`."""
-        ...
-
-    def events(self, run_id: str | None = None, root_id: str | None = None) -> list[dict[str, Any]]:
-        """Events in the order they were added, for one run or one tree (or all)."""
-        ...
-
-
 class MemoryStore:
-    """A store in this process's memory (states are copied through JSON; no leases)."""
+    """A store in this process's memory (states are copied through JSON; no leases,
+    no cancel requests: ``inbox`` and ``leases`` are None). Fences are refused:
+    it grants none."""
 
     def __init__(self) -> None:
         self._heads: dict[str, str] = {}
         self._transcripts: dict[str, list[str]] = {}
         self._saved = SavedTranscripts()
         self._events: list[dict[str, Any]] = []
+
+    @property
+    def inbox(self) -> CancelInbox | None:
+        return None
+
+    @property
+    def leases(self) -> Leases | None:
+        return None
+
+    def close(self) -> None:
+        """Nothing to let go of."""
 
     def save(
         self, state: RunState, events: Sequence[dict[str, Any]] = (), *, fence: Fence | None = None
@@ -65,16 +58,20 @@ class MemoryStore:
         *,
         fence: Fence | None = None,
     ) -> None:
-        """Save several states and ``events`` (all or none)."""
-        writes = [(state, *self._saved.unsaved(state)) for state in states]
-        encoded = [
-            (head_json(s), start, [message_json(m) for m in new]) for s, start, new in writes
-        ]
-        for (state, _, _), (head, start, messages) in zip(writes, encoded, strict=True):
+        """Save several states and ``events`` (all or none).
+
+        Raises:
+            LeaseLost: a fence was given (this store grants none).
+            StateError: a state cannot be stored as JSON.
+        """
+        if fence is not None:
+            raise fences.fence_lost(fence, None)
+        writes = [(state, store_rows(self._saved, state)) for state in states]  # all encoded first
+        for state, (row, start, messages) in writes:
             transcript = self._transcripts.setdefault(state.run_id, [])
             del transcript[start:]
-            transcript.extend(messages)
-            self._heads[state.run_id] = head
+            transcript.extend(data for _, _, data in messages)
+            self._heads[state.run_id] = row[7]  # the head, as the SQL stores keep it
             self._saved.written(state)
         self._events.extend(events)
 
@@ -99,6 +96,44 @@ class MemoryStore:
         if not found:
             raise RunNotFound(f"no run tree {root_id!r} in this store")
         return found
+
+    def list_runs(self, *, limit: int = 50, roots_only: bool = True) -> list[RunState]:
+        """Up to ``limit`` runs, most recently updated first (only roots by default)."""
+        if limit < 0:
+            raise ConfigError(f"limit must be >= 0, got {limit}")
+        states = [self.load(run_id) for run_id in self._heads]
+        chosen = [s for s in states if not roots_only or s.run_id == s.root_id]
+        chosen.sort(key=lambda s: (-s.updated_at, s.run_id))
+        return chosen[:limit]
+
+    def resolve(self, prefix: str) -> str:
+        """The run id that ``prefix`` starts (an exact id always wins).
+
+        Raises:
+            ConfigError: the prefix is empty.
+            RunNotFound: no run id starts with it.
+            StateError: several do.
+        """
+        if not prefix:
+            raise ConfigError("a run id prefix must not be empty")
+        ids = sorted(run_id for run_id in self._heads if run_id.startswith(prefix))
+        return pick_run_id(prefix, ids[:6], "this store")
+
+    def add_events(self, events: Iterable[dict[str, Any]], *, fence: Fence | None = None) -> None:
+        """Append events (each needs ``run_id``, ``root_id``, ``type``, ``at``).
+
+        Raises:
+            LeaseLost: a fence was given (this store grants none).
+            StateError: an event lacks a key.
+        """
+        if fence is not None:
+            raise fences.fence_lost(fence, None)
+        added = list(events)
+        for event in added:
+            missing = [key for key in EVENT_KEYS if key not in event]
+            if missing:
+                raise StateError(f"an event needs {', '.join(missing)}; got keys {sorted(event)}")
+        self._events.extend(added)
 
     def events(self, run_id: str | None = None, root_id: str | None = None) -> list[dict[str, Any]]:
         return [

@@ -26,23 +26,20 @@ transaction, when first opened.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
-import re
-import socket
 import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 
 import orjson
 
-from .._exceptions import ConfigError, LeaseError, RunNotFound, StateError, StoreError
+from .._exceptions import ConfigError, RunNotFound, StateError, StoreError
 from .._state import RunState
 from . import fence as fences
+from . import shared
 from .fence import Fence
 from .transcripts import SavedTranscripts, joined, message_json, store_rows
 
@@ -53,8 +50,6 @@ STORE_SCHEMA_VERSION = 4
 
 BUSY_TIMEOUT_S = 5.0
 """How long a statement waits for another connection's lock before failing."""
-
-_EVENT_KEYS = ("run_id", "root_id", "type", "at")
 
 _MESSAGES_TABLE = """CREATE TABLE messages (
         run_id TEXT NOT NULL,
@@ -189,6 +184,11 @@ class SQLiteStore:
         """The database file."""
         return self._path
 
+    @property
+    def shown(self) -> str:
+        """The file, as messages show it."""
+        return str(self._path)
+
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self._path)!r})"
 
@@ -204,6 +204,16 @@ class SQLiteStore:
             conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+    @property
+    def inbox(self) -> Self:
+        """This store keeps cancel requests (a :class:`~orchestra._stores.contract.CancelInbox`)."""
+        return self
+
+    @property
+    def leases(self) -> Self:
+        """This store keeps leases (see :class:`~orchestra._stores.contract.Leases`)."""
+        return self
 
     # -- runs -------------------------------------------------------------
 
@@ -242,7 +252,7 @@ class SQLiteStore:
             LeaseLost: ``fence`` was given and is not current.
             StateError: a state or an event cannot be stored as JSON.
         """
-        event_rows = [_event_row(event) for event in events]
+        event_rows = [shared.event_row(event) for event in events]
         writes = [store_rows(self._saved, state) for state in states]
         doing = f"save run {states[0].run_id!r}" if len(states) == 1 else f"save {len(states)} runs"
         with self._write(doing) as conn:
@@ -328,7 +338,7 @@ class SQLiteStore:
                 prefix,
             )
         ]
-        return _pick(prefix, ids, self._path)
+        return shared.pick_run_id(prefix, ids, self._path)
 
     # -- events -----------------------------------------------------------
 
@@ -342,7 +352,7 @@ class SQLiteStore:
             LeaseLost: ``fence`` was given and is not current.
             StateError: an event lacks a key or is not JSON-serialisable.
         """
-        rows = [_event_row(event) for event in events]
+        rows = [shared.event_row(event) for event in events]
         if not rows:
             return
         with self._write(f"add {len(rows)} events") as conn:
@@ -418,12 +428,12 @@ class SQLiteStore:
         Raises:
             LeaseError: another owner holds an unexpired lease.
         """
-        now = _now(now)
-        expires_at = now + _checked_ttl(ttl)
+        now = shared.now_or(now)
+        expires_at = now + shared.checked_ttl(ttl)
         with self._write(f"acquire lease on {root_id!r}") as conn:
             held = _lease_of(conn, root_id)
-            if held is not None and held[0] != owner and held[1] > now and _alive(held[0]):
-                raise _held_by(root_id, held, now)
+            if held is not None and held[0] != owner and held[1] > now and shared.alive(held[0]):
+                raise shared.held_by(root_id, held, now)
             (epoch,) = conn.execute(_TAKE_LEASE, (root_id, owner, expires_at)).fetchone()
         return Fence(scope="lease", key=root_id, holder=owner, epoch=epoch)
 
@@ -437,12 +447,12 @@ class SQLiteStore:
         Raises:
             LeaseError: ``owner`` does not hold the lease (any more).
         """
-        now = _now(now)
-        expires_at = now + _checked_ttl(ttl)
+        now = shared.now_or(now)
+        expires_at = now + shared.checked_ttl(ttl)
         with self._write(f"renew lease on {root_id!r}") as conn:
             held = _lease_of(conn, root_id)
             if held is None or held[0] != owner:
-                raise _not_held(root_id, owner, held, now)
+                raise shared.not_held(root_id, owner, held, now)
             conn.execute(
                 "UPDATE leases SET expires_at = ? WHERE root_id = ?", (expires_at, root_id)
             )
@@ -450,13 +460,13 @@ class SQLiteStore:
     def lease_holder(self, root_id: str, now: float | None = None) -> str | None:
         """Who runs the tree ``root_id`` now: the owner of an unexpired lease held by a
         live process, or ``None`` (nobody: never run, finished, or its process died)."""
-        now = _now(now)
+        now = shared.now_or(now)
         rows = self._read(
             f"read the lease on {root_id!r}",
             "SELECT owner, expires_at FROM leases WHERE root_id = ?",
             root_id,
         )
-        if not rows or not rows[0][0] or rows[0][1] <= now or not _alive(rows[0][0]):
+        if not rows or not rows[0][0] or rows[0][1] <= now or not shared.alive(rows[0][0]):
             return None
         return str(rows[0][0])
 
@@ -623,46 +633,8 @@ def _transcripts(
         )
         for run_id, idx, data in rows:
             if idx < counts[run_id]:
-                found[run_id].append(_message(run_id, idx, data))
+                found[run_id].append(shared.message(run_id, idx, data))
     return found
-
-
-def _message(run_id: str, idx: int, data: str) -> dict[str, Any]:
-    try:
-        message = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise StateError(f"message {idx} of run {run_id!r} is not valid JSON: {exc}") from exc
-    if not isinstance(message, dict):
-        raise StateError(f"message {idx} of run {run_id!r} is not a JSON object")
-    return message
-
-
-def _now(now: float | None) -> float:
-    return time.time() if now is None else now
-
-
-def _checked_ttl(ttl: float) -> float:
-    if not (ttl > 0 and math.isfinite(ttl)):
-        raise ConfigError(f"a lease ttl must be a positive number of seconds, got {ttl}")
-    return ttl
-
-
-def _alive(owner: str) -> bool:
-    """False only when ``owner`` is a process on this host that no longer exists.
-
-    Owners are named ``pid N on HOST``; a lease left by a crashed (killed)
-    process on this machine is released at once instead of after its ttl.
-    """
-    match = re.fullmatch(r"pid (\d+) on (.+)", owner)
-    if match is None or match[2] != socket.gethostname():
-        return True
-    try:
-        os.kill(int(match[1]), 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def _lease_of(conn: sqlite3.Connection, root_id: str) -> tuple[str, float] | None:
@@ -688,47 +660,4 @@ def _check_fence(conn: sqlite3.Connection, fence: Fence) -> None:
     fences.check(fence, None if row is None else (row[0] or None, row[1]))
 
 
-def _describe(held: tuple[str, float], now: float) -> str:
-    owner, expires_at = held
-    until = datetime.fromtimestamp(expires_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    left = expires_at - now
-    timing = f"{left:.1f} s left" if left > 0 else f"expired {-left:.1f} s ago"
-    return f"{owner!r} until {until} ({timing})"
-
-
-def _held_by(root_id: str, held: tuple[str, float], now: float) -> LeaseError:
-    return LeaseError(
-        f"run {root_id!r} is leased by {_describe(held, now)}; another process is running it"
-    )
-
-
-def _not_held(root_id: str, owner: str, held: tuple[str, float] | None, now: float) -> LeaseError:
-    holder = "nobody" if held is None else _describe(held, now)
-    return LeaseError(f"{owner!r} does not hold the lease on run {root_id!r} (held by {holder})")
-
-
-def _pick(prefix: str, ids: Sequence[str], path: Path) -> str:
-    """The one id ``prefix`` designates among the (sorted, capped) candidates."""
-    if prefix in ids:
-        return prefix
-    if not ids:
-        raise RunNotFound(f"no run id starts with {prefix!r} in {path}")
-    if len(ids) > 1:
-        shown = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
-        raise StateError(f"run id prefix {prefix!r} is ambiguous: {shown} (give more characters)")
-    return ids[0]
-
-
 _INSERT_EVENT = "INSERT INTO events (run_id, root_id, type, at, data) VALUES (?, ?, ?, ?, ?)"
-
-
-def _event_row(event: dict[str, Any]) -> tuple[str, str, str, float, str]:
-    """The columns of one event; :class:`StateError` if it cannot be stored."""
-    missing = [key for key in _EVENT_KEYS if key not in event]
-    if missing:
-        raise StateError(f"an event needs {', '.join(missing)}; got keys {sorted(event)}")
-    try:
-        data = orjson.dumps(event).decode()
-        return (event["run_id"], event["root_id"], event["type"], float(event["at"]), data)
-    except (TypeError, ValueError, orjson.JSONEncodeError) as exc:
-        raise StateError(f"event {event.get('type')!r} cannot be stored as JSON: {exc}") from exc

@@ -19,14 +19,14 @@ from .._approval import approve, cancel_unowned, reject
 from .._cli.recipe import Recipe
 from .._exceptions import StateError
 from .._state import Status
-from .._stores.sqlite import SQLiteStore
+from .._stores.contract import DurableStore
 
 __all__ = ["STOP_REASON", "approve_call", "check_resumable", "reject_call", "stop_tree"]
 
 STOP_REASON = "stopped from the console"
 
 
-def stop_tree(store: SQLiteStore, root_id: str) -> None:
+def stop_tree(store: DurableStore, root_id: str) -> None:
     """Cancel the whole running tree ``root_id``.
 
     Raises:
@@ -42,17 +42,17 @@ def stop_tree(store: SQLiteStore, root_id: str) -> None:
     cancel_unowned(store, root_id, STOP_REASON, owner)
 
 
-def approve_call(store: SQLiteStore, root_id: str, call_id: str) -> None:
+def approve_call(store: DurableStore, root_id: str, call_id: str) -> None:
     """Approve call ``call_id``, which the tree ``root_id`` waits on."""
     approve(store, root_id, call_id or None)
 
 
-def reject_call(store: SQLiteStore, root_id: str, call_id: str, reason: str) -> None:
+def reject_call(store: DurableStore, root_id: str, call_id: str, reason: str) -> None:
     """Reject call ``call_id`` of the tree ``root_id``; ``reason`` is what the model is told."""
     reject(store, root_id, call_id or None, reason)
 
 
-def check_resumable(store: SQLiteStore, root_id: str) -> None:
+def check_resumable(store: DurableStore, root_id: str) -> None:
     """Raise unless ``orchestra resume ROOT_ID`` can go on with the tree now.
 
     Raises:

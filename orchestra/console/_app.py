@@ -39,7 +39,7 @@ from starlette.types import ASGIApp
 
 from .._exceptions import ConfigError, OrchestraError, RunNotFound
 from .._redact import redact
-from .._stores.sqlite import SQLiteStore
+from .._stores.contract import DurableStore
 from . import _actions
 from ._guard import Guard, Sessions
 from ._html import Html, h
@@ -66,7 +66,7 @@ class Console:
     """The console's state: the store it shows, its sessions, the resumes it started."""
 
     def __init__(
-        self, *, store: SQLiteStore, port: int, launches: Launches, closing: trio.Event
+        self, *, store: DurableStore, port: int, launches: Launches, closing: trio.Event
     ) -> None:
         self.store = store
         self.port = port
@@ -79,7 +79,7 @@ class Console:
     @property
     def store_name(self) -> str:
         """The store as the page shows it (a database URL without its password)."""
-        return str(getattr(self.store, "url", None) or self.store.path)
+        return self.store.shown
 
     async def read(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         """``fn(store, *args, **kw)`` in a worker thread (the store is synchronous)."""

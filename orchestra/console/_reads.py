@@ -14,7 +14,7 @@ from .._cli.session import decisions, tree_result
 from .._exceptions import StateError
 from .._result import RunResult
 from .._state import RunState, Status, Usage
-from .._stores.sqlite import SQLiteStore
+from .._stores.contract import DurableStore
 
 __all__ = ["TreeSnapshot", "read_runs", "read_tree"]
 
@@ -57,7 +57,7 @@ class TreeSnapshot:
         return next(({**d, "run_id": holder} for d in found), None)
 
 
-def read_runs(store: SQLiteStore, *, limit: int, roots_only: bool) -> list[RunState]:
+def read_runs(store: DurableStore, *, limit: int, roots_only: bool) -> list[RunState]:
     """The most recently updated runs (roots only unless asked); a running root's tree
     usage added up from its runs (see :func:`rolled_up`)."""
     states = store.list_runs(limit=limit, roots_only=roots_only)
@@ -68,12 +68,12 @@ def _running_root(state: RunState) -> bool:
     return state.parent_id is None and state.status is Status.RUNNING
 
 
-def _live_total(store: SQLiteStore, root: RunState) -> RunState:
+def _live_total(store: DurableStore, root: RunState) -> RunState:
     tree = rolled_up(tree_result(store.tree(root.run_id), root.run_id))[root.run_id]
     return attrs.evolve(root, tree=tree)
 
 
-def read_tree(store: SQLiteStore, run_id: str) -> TreeSnapshot:
+def read_tree(store: DurableStore, run_id: str) -> TreeSnapshot:
     """The tree of run ``run_id`` (a prefix is enough), looking at that run.
 
     Raises:

@@ -7,6 +7,7 @@ gracefully (see :mod:`orchestra.console._launches`).
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import sys
@@ -19,7 +20,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 from hypercorn.typing import ASGIFramework
 
-from .._stores.sqlite import SQLiteStore
+from .._stores.contract import DurableStore
 from ._app import Console, build_app
 from ._launches import Launches
 
@@ -66,7 +67,7 @@ async def _until_signal(closing: trio.Event, say: Callable[[str], None]) -> None
 
 
 async def serve_console(
-    *, store: SQLiteStore, sock: socket.socket, say: Callable[[str], None] = print
+    *, store: DurableStore, sock: socket.socket, say: Callable[[str], None] = print
 ) -> None:
     """Serve the console over ``store`` on ``sock`` until Ctrl-C or SIGTERM.
 
@@ -75,7 +76,7 @@ async def serve_console(
     port = sock.getsockname()[1]
     closing = trio.Event()
     async with trio.open_nursery() as resumes:
-        launches = Launches(nursery=resumes, store_path=store.path)
+        launches = Launches(nursery=resumes, store_path=os.fspath(store.path))
         console = Console(store=store, port=port, launches=launches, closing=closing)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_until_signal, closing, say)
@@ -85,7 +86,7 @@ async def serve_console(
         resumes.cancel_scope.cancel()  # resumes started here stop, saved and resumable
 
 
-def run_console(*, store: SQLiteStore, sock: socket.socket) -> None:
+def run_console(*, store: DurableStore, sock: socket.socket) -> None:
     """Serve the console until Ctrl-C or SIGTERM (messages on stderr)."""
 
     def say(line: str) -> None:

@@ -55,16 +55,8 @@ from .._exceptions import (
 )
 from .._state import Interruption, InterruptionKind, RunState, Status, Usage
 from .._stores import fence as fences
+from .._stores import shared
 from .._stores.fence import Fence
-from .._stores.sqlite import (
-    _alive,
-    _checked_ttl,
-    _event_row,
-    _held_by,
-    _message,
-    _not_held,
-    _now,
-)
 from .._stores.transcripts import SavedTranscripts, head_json, joined, store_rows
 
 _R = TypeVar("_R")
@@ -244,6 +236,11 @@ class PostgresStore:
         included (pass it to a child process; never print it: see :attr:`url`)."""
         return self._dsn
 
+    @property
+    def shown(self) -> str:
+        """The URL, password redacted (as :attr:`url`)."""
+        return self._url
+
     def __repr__(self) -> str:
         return f"PostgresStore({self._url!r})"
 
@@ -260,6 +257,16 @@ class PostgresStore:
             conns, self._conns = list(self._conns.values()), {}
         for conn in conns:
             conn.close()
+
+    @property
+    def inbox(self) -> Self:
+        """This store keeps cancel requests (a :class:`~orchestra._stores.contract.CancelInbox`)."""
+        return self
+
+    @property
+    def leases(self) -> Self:
+        """This store keeps leases (see :class:`~orchestra._stores.contract.Leases`)."""
+        return self
 
     # -- runs -------------------------------------------------------------
 
@@ -297,7 +304,7 @@ class PostgresStore:
             LeaseLost: ``fence`` was given and is not current.
             StateError: a state or an event cannot be stored as JSON.
         """
-        event_rows = [_event_row(event) for event in events]
+        event_rows = [shared.event_row(event) for event in events]
         writes = [store_rows(self._saved, state) for state in states]
         doing = f"save run {states[0].run_id!r}" if len(states) == 1 else f"save {len(states)} runs"
         with self._transaction(doing) as conn, conn.cursor() as cur:
@@ -388,7 +395,7 @@ class PostgresStore:
             "SELECT run_id FROM runs WHERE run_id LIKE %s ORDER BY run_id LIMIT 6",
             pattern,
         )
-        return _pick(prefix, [run_id for (run_id,) in rows], self._url)
+        return shared.pick_run_id(prefix, [run_id for (run_id,) in rows], self._url)
 
     # -- events -----------------------------------------------------------
 
@@ -402,7 +409,7 @@ class PostgresStore:
             LeaseLost: ``fence`` was given and is not current.
             StateError: an event lacks a key or is not JSON-serialisable.
         """
-        rows = [_event_row(event) for event in events]
+        rows = [shared.event_row(event) for event in events]
         if not rows:
             return
         with self._transaction(f"add {len(rows)} events") as conn, conn.cursor() as cur:
@@ -500,13 +507,13 @@ class PostgresStore:
         Raises:
             LeaseError: another owner holds an unexpired lease.
         """
-        now = _now(now)
-        expires_at = now + _checked_ttl(ttl)
+        now = shared.now_or(now)
+        expires_at = now + shared.checked_ttl(ttl)
         with self._transaction(f"acquire lease on {root_id!r}") as conn:
             conn.execute(_LOCK, (f"orchestra lease {root_id}",))
             held = _lease_of(conn, root_id, lock=True)  # waits for a renewal in progress
-            if held is not None and held[0] != owner and held[1] > now and _alive(held[0]):
-                raise _held_by(root_id, held, now)
+            if held is not None and held[0] != owner and held[1] > now and shared.alive(held[0]):
+                raise shared.held_by(root_id, held, now)
             (epoch,) = _one(conn.execute(_TAKE_LEASE, (root_id, owner, expires_at)))
         return Fence(scope="lease", key=root_id, holder=owner, epoch=int(epoch))
 
@@ -520,12 +527,12 @@ class PostgresStore:
         Raises:
             LeaseError: ``owner`` does not hold the lease (any more).
         """
-        now = _now(now)
-        expires_at = now + _checked_ttl(ttl)
+        now = shared.now_or(now)
+        expires_at = now + shared.checked_ttl(ttl)
         with self._transaction(f"renew lease on {root_id!r}") as conn:
             held = _lease_of(conn, root_id, lock=True)
             if held is None or held[0] != owner:
-                raise _not_held(root_id, owner, held, now)
+                raise shared.not_held(root_id, owner, held, now)
             conn.execute(
                 "UPDATE leases SET expires_at = %s WHERE root_id = %s", (expires_at, root_id)
             )
@@ -533,13 +540,13 @@ class PostgresStore:
     def lease_holder(self, root_id: str, now: float | None = None) -> str | None:
         """Who runs the tree ``root_id`` now: the owner of an unexpired lease held by a
         live process, or ``None`` (nobody: never run, finished, or its process died)."""
-        now = _now(now)
+        now = shared.now_or(now)
         rows = self._read(
             f"read the lease on {root_id!r}",
             "SELECT owner, expires_at FROM leases WHERE root_id = %s",
             root_id,
         )
-        if not rows or not rows[0][0] or rows[0][1] <= now or not _alive(rows[0][0]):
+        if not rows or not rows[0][0] or rows[0][1] <= now or not shared.alive(rows[0][0]):
             return None
         return str(rows[0][0])
 
@@ -907,7 +914,7 @@ def _select_states(conn: Connection, where: str, params: Sequence[object]) -> li
     """The states (transcripts joined) of the runs ``where`` selects, in its order."""
     rows = conn.execute(_SELECT_STATES + where, params).fetchall()
     return [
-        joined(head, [_message(run_id, i, data) for i, data in enumerate(messages)])
+        joined(head, [shared.message(run_id, i, data) for i, data in enumerate(messages)])
         for run_id, head, messages in rows
     ]
 
@@ -951,15 +958,3 @@ def _check_fence(conn: Connection, fence: Fence) -> None:
     """
     row = conn.execute(_FENCE_ROWS[fence.scope], (fence.key,)).fetchone()
     fences.check(fence, None if row is None else (row[0] or None, int(row[1])))
-
-
-def _pick(prefix: str, ids: Sequence[str], where: str) -> str:
-    """The one id ``prefix`` designates among the (sorted, capped) candidates."""
-    if prefix in ids:
-        return prefix
-    if not ids:
-        raise RunNotFound(f"no run id starts with {prefix!r} in {where}")
-    if len(ids) > 1:
-        shown = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
-        raise StateError(f"run id prefix {prefix!r} is ambiguous: {shown} (give more characters)")
-    return ids[0]

@@ -35,6 +35,7 @@ from .._stores.fence import Fence
 
 __all__ = [
     "DB_THREADS",
+    "Step",
     "StepAbandoned",
     "abandon_step",
     "attempt_in_thread",
@@ -59,7 +60,7 @@ class StepAbandoned(BaseException):
     """
 
 
-class _Step:
+class Step:
     """One step of one run on this worker: ``abandoned`` once the database failed it,
     ``superseded`` once its claim (``fence``) was taken over; ``scope`` stops it."""
 
@@ -71,8 +72,14 @@ class _Step:
         self.fence: Fence | None = None
         self.scope = trio.CancelScope()
 
+    def abandon_now(self) -> None:
+        """Stop the step where it is, saving nothing more (on the trio thread;
+        not a checkpoint): its run is taken up again later, from its saved state."""
+        self.abandoned = True
+        self.scope.cancel()
 
-_step: contextvars.ContextVar[_Step | None] = contextvars.ContextVar(
+
+_step: contextvars.ContextVar[Step | None] = contextvars.ContextVar(
     "orchestra_worker_step", default=None
 )
 """The step the current task belongs to (a trio task, or a thread of
@@ -80,14 +87,14 @@ _step: contextvars.ContextVar[_Step | None] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def stepping() -> Iterator[trio.CancelScope]:
+def stepping() -> Iterator[Step]:
     """The block (and every task it starts) is one step of one run: a database
-    outage in it abandons this step alone. Yields the step's cancel scope, to
-    enter around the step's work (:func:`supersede_step` cancels it)."""
-    step = _Step()
+    outage in it abandons this step alone. Yields the step, whose ``scope`` is
+    to be entered around the step's work (:func:`supersede_step` cancels it)."""
+    step = Step()
     token = _step.set(step)
     try:
-        yield step.scope
+        yield step
     finally:
         _step.reset(token)
 

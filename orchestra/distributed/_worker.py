@@ -48,8 +48,9 @@ from .._state import RunState, Status
 from . import _dbos
 from ._host import WorkerRunner
 from ._ledger import PostgresLedger
+from ._pgstore import PostgresStore
 from ._stall import StallWatch
-from ._threads import StepAbandoned, hold, in_thread, step_fence, step_superseded, stepping
+from ._threads import Step, StepAbandoned, hold, in_thread, step_fence, step_superseded, stepping
 
 __all__ = ["AGENTS_KEY", "DEAD_AFTER_S", "Worker", "agent_of_reference"]
 
@@ -117,7 +118,7 @@ class Worker:
     sink: EventSink | None = None
     on_declared_dead: Callable[[str], None] = attrs.field(factory=lambda: _exit_declared_dead)
     """Called when peers declared this worker dead (default: exit the process, 75)."""
-    _store: Any = attrs.field(default=None, init=False)
+    _store: PostgresStore = attrs.field(init=False)
     _ledger: PostgresLedger | None = attrs.field(default=None, init=False)
     _queue: _dbos.DBOSQueue | None = attrs.field(default=None, init=False)
     _scripted_url: str | None = attrs.field(default=None, init=False)
@@ -128,6 +129,8 @@ class Worker:
     _taken: set[str] = attrs.field(factory=set, init=False)
     _cancels: dict[str, str] = attrs.field(factory=dict, init=False)
     _launched: bool = attrs.field(default=False, init=False)
+    _steps: set[Step] = attrs.field(factory=set, init=False)
+    """The steps executing here now."""
 
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Take runs from the queue until cancelled (then DBOS is stopped).
@@ -136,8 +139,7 @@ class Worker:
         (their workflows stay pending in DBOS, so another worker continues them
         once this one's heartbeat is old).
         """
-        from ..testing import scripted_server
-        from ._pgstore import PostgresStore
+        from .._scripted.server import scripted_server
 
         self._store = PostgresStore(self.database)
         self._ledger = PostgresLedger(store=self._store, executor=self.executor_id)
@@ -202,11 +204,20 @@ class Worker:
                 more of it was saved; DBOS tries it again).
         """
         status = SUPERSEDED
-        with stepping() as scope:
-            with scope:
-                status = await self._step(run_id)
-            if step_superseded():
-                return SUPERSEDED
+        with stepping() as step:
+            self._steps.add(step)
+            try:
+                with step.scope:
+                    status = await self._step(run_id)
+            finally:
+                self._steps.discard(step)
+        if step.superseded:
+            return SUPERSEDED
+        if step.abandoned:
+            raise StepAbandoned(
+                f"run {run_id}: this worker froze and cannot tell whether it "
+                "was declared dead meanwhile; the step is tried again"
+            )
         return status
 
     async def _step(self, run_id: str) -> str:
@@ -397,13 +408,19 @@ class Worker:
     def _on_stall(self, seconds: float) -> None:
         """This process was frozen for ``seconds``: before any task goes on, see
         whether peers declared it dead meanwhile (then stop, as the heartbeat
-        would a beat later: a tool past its sleep must not reach its effect)."""
-        try:
-            alive = self._heartbeat(judge=False) is not None
-        except StoreError:  # cannot tell now; its saves and decisions are fenced anyway
+        would a beat later: a tool past its sleep must not reach its effect).
+        If the database cannot say, every step executing here is abandoned
+        (taken up again from its saved state once the database answers)."""
+        for _ in range(3):  # a connection broken meanwhile is remade on the next try
+            try:
+                alive = self._heartbeat(judge=False) is not None
+            except StoreError:
+                continue
+            if not alive:
+                self.on_declared_dead(self.executor_id)
             return
-        if not alive:
-            self.on_declared_dead(self.executor_id)
+        for step in list(self._steps):  # cannot tell: no step goes on unchecked
+            step.abandon_now()
 
     def _sweep(self) -> list[str]:
         """Queue again the runs left ``running`` with no workflow to continue them

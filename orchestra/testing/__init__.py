@@ -13,12 +13,10 @@ with :func:`tool_calls` and :data:`DONE`).
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
+from .._scripted import make_sandbox
+from .._scripted.scenarios import SANDBOX_FILES, SCENARIOS, Scenario, ScriptError, reply
+from .._scripted.server import scripted_server, serve_scripted
 from ._fake import DONE, FakeProvider, tool_calls
-from ._scenarios import SANDBOX_FILES, SCENARIOS, Scenario, ScriptError, reply
-from ._server import scripted_server, serve_scripted
 from ._spans import InMemorySpanSink
 from ._transport import ScriptedTransport
 
@@ -37,12 +35,3 @@ __all__ = [
     "serve_scripted",
     "tool_calls",
 ]
-
-
-def make_sandbox(path: str | os.PathLike[str]) -> Path:
-    """Write :data:`SANDBOX_FILES` into directory ``path`` (created if needed); returns it."""
-    root = Path(path)
-    root.mkdir(parents=True, exist_ok=True)
-    for name, text in SANDBOX_FILES.items():
-        (root / name).write_text(text, encoding="utf-8")
-    return root

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 import httpx
 import trio
 
-from ._faults import FaultCounter, truncated
-from ._scenarios import LATENCY_HEADER, Answer
+from .._scripted.faults import FaultCounter, truncated
+from .._scripted.scenarios import LATENCY_HEADER, Answer
 
 __all__ = ["ScriptedTransport"]
 

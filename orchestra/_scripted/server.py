@@ -1,10 +1,10 @@
 """The scripted provider as a real HTTP/1.1 server, on trio and h11.
 
 One trio task per connection, keep-alive, no framework: h11 parses and
-frames, :func:`~orchestra.testing._scenarios.answer` decides. A client that
+frames, :func:`~orchestra._scripted.scenarios.answer` decides. A client that
 goes away mid-request only ends its own connection, quietly. Fault modifiers
-in a model name (:mod:`~orchestra.testing._faults`) are counted per server:
-one :class:`~orchestra.testing._faults.FaultCounter` for all its connections.
+in a model name (:mod:`~orchestra._scripted.faults`) are counted per server:
+one :class:`~orchestra._scripted.faults.FaultCounter` for all its connections.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import attrs
 import h11
 import trio
 
-from ._faults import FaultCounter, Prepared, truncated
-from ._scenarios import LATENCY_HEADER, Answer
+from .faults import FaultCounter, Prepared, truncated
+from .scenarios import LATENCY_HEADER, Answer
 
 __all__ = ["scripted_server", "serve_scripted"]
 

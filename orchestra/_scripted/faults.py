@@ -43,7 +43,7 @@ from typing import Any, Final
 
 import attrs
 
-from ._scenarios import SCENARIOS, Answer, ScriptError, answer
+from .scenarios import SCENARIOS, Answer, ScriptError, answer
 
 __all__ = ["BROKEN", "KEYWORDS", "FaultCounter", "FaultSpec", "Modifier", "Prepared"]
 

@@ -13,10 +13,10 @@ import httpx
 import pytest
 import trio
 
+from orchestra._scripted import server as _server
 from orchestra.testing import (
     SCENARIOS,
     ScriptedTransport,
-    _server,
     reply,
     scripted_server,
     serve_scripted,

@@ -1,0 +1,169 @@
+"""The store contract: what the runner, the approvals, the CLI, the console and
+the workers may ask of a store, written as typed protocols.
+
+Three parts, each a protocol::
+
+    Store           run states and events; every store (memory, SQLite, PostgreSQL)
+    CancelInbox     cancel requests left by one process for the one running a tree
+    Leases          who executes a tree, with fencing tokens (see :mod:`.fence`)
+    DurableStore    all three: a store other processes share (SQLite, PostgreSQL)
+
+A :class:`Store` says which of the other two it offers through its
+:attr:`Store.inbox` and :attr:`Store.leases` (itself, or None): a
+:class:`~orchestra.Runner` reads them once, when it is built, and never looks
+a method up by name. ``tests/stores/test_contract.py`` holds every store to
+the same behaviour.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+from .._state import RunState
+from .fence import Fence
+
+__all__ = ["CancelInbox", "DurableStore", "Leases", "Store"]
+
+
+class CancelInbox(Protocol):
+    """Cancel requests: ``orchestra cancel`` in one process, applied by the one
+    running the tree (its watcher polls :meth:`pending_cancels`)."""
+
+    def request_cancel(self, run_id: str, reason: str) -> None:
+        """Ask whichever process runs ``run_id``'s tree to cancel that run (a newer
+        request replaces an older one's reason). Raises ``RunNotFound``."""
+        ...
+
+    def pending_cancels(self, root_id: str | None = None) -> dict[str, str]:
+        """Requests for the tree ``root_id`` (every tree if None): reason by run id,
+        oldest first."""
+        ...
+
+    def clear_cancel(self, run_id: str) -> None:
+        """Forget the request for ``run_id`` (it has been applied)."""
+        ...
+
+    def clear_cancels(self, root_id: str) -> None:
+        """Forget every request of the tree ``root_id`` (taken or let go)."""
+        ...
+
+
+class Leases(Protocol):
+    """One process executes a tree at a time; its writes are fenced by its lease."""
+
+    def acquire_lease(
+        self, root_id: str, owner: str, ttl: float = 30.0, now: float | None = None
+    ) -> Fence:
+        """Take (or extend) the tree's lease; the fence of this taking, at the tree's
+        next epoch. Raises ``LeaseError`` while another owner holds it."""
+        ...
+
+    def renew_lease(
+        self, root_id: str, owner: str, ttl: float = 30.0, now: float | None = None
+    ) -> None:
+        """Extend ``owner``'s lease. Raises ``LeaseError`` if it does not hold it."""
+        ...
+
+    def lease_holder(self, root_id: str, now: float | None = None) -> str | None:
+        """The owner of the tree's live lease, or None."""
+        ...
+
+    def release_lease(self, root_id: str, owner: str) -> None:
+        """Drop ``owner``'s lease (another owner's is left alone)."""
+        ...
+
+    def let_go(self, root_id: str, owner: str) -> None:
+        """Clear the tree's cancel requests and release ``owner``'s lease, at once."""
+        ...
+
+
+class Store(Protocol):
+    """Run states and their events. ``save`` is synchronous and atomic: a run's
+    state is replaced whole or not at all, with its events."""
+
+    @property
+    def inbox(self) -> CancelInbox | None:
+        """The store's cancel requests, if other processes can leave some."""
+        ...
+
+    @property
+    def leases(self) -> Leases | None:
+        """The store's leases, if it keeps any (then saves are fenced by them)."""
+        ...
+
+    def save(
+        self, state: RunState, events: Sequence[dict[str, Any]] = (), *, fence: Fence | None = None
+    ) -> None:
+        """Replace the saved state of ``state.run_id`` and append ``events``, atomically.
+
+        With ``fence`` (a lease or a claim the store granted), only if that
+        fence is still current, checked in the same transaction; raises
+        :class:`~orchestra.LeaseLost` otherwise.
+        """
+        ...
+
+    def save_many(
+        self,
+        states: Sequence[RunState],
+        events: Sequence[dict[str, Any]] = (),
+        *,
+        fence: Fence | None = None,
+    ) -> None:
+        """Save several states and ``events``, all or none (fenced as :meth:`save`)."""
+        ...
+
+    def load(self, run_id: str) -> RunState:
+        """The last saved state. Raises ``RunNotFound``."""
+        ...
+
+    def tree(self, root_id: str) -> list[RunState]:
+        """Every run of the tree: the root, then by creation time. Raises ``RunNotFound``."""
+        ...
+
+    def list_runs(self, *, limit: int = 50, roots_only: bool = True) -> list[RunState]:
+        """Up to ``limit`` runs, most recently updated first (only roots by default)."""
+        ...
+
+    def resolve(self, prefix: str) -> str:
+        """The run id ``prefix`` starts (an exact id wins). Raises ``RunNotFound``,
+        ``StateError`` (ambiguous) or ``ConfigError`` (empty)."""
+        ...
+
+    def add_events(self, events: Iterable[dict[str, Any]], *, fence: Fence | None = None) -> None:
+        """Append events, all or none (fenced as :meth:`save`)."""
+        ...
+
+    def events(self, run_id: str | None = None, root_id: str | None = None) -> list[dict[str, Any]]:
+        """Events in the order they were added, for one run or one tree (or all)."""
+        ...
+
+    def close(self) -> None:
+        """Let go of the store's resources; closing twice is fine."""
+        ...
+
+
+class DurableStore(Store, CancelInbox, Leases, Protocol):
+    """A store several processes share: cancel requests and leases included."""
+
+    @property
+    def path(self) -> str | os.PathLike[str]:
+        """What ``--store`` takes to open this store again (a file, or a URL whose
+        password it keeps: never print it)."""
+        ...
+
+    @property
+    def shown(self) -> str:
+        """The store as messages and pages show it (never a password)."""
+        ...
+
+    @property
+    def inbox(self) -> CancelInbox:
+        """Itself."""
+        ...
+
+    @property
+    def leases(self) -> Leases:
+        """Itself."""
+        ...
