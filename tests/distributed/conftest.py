@@ -22,6 +22,7 @@ import psycopg
 import pytest
 
 from orchestra.distributed import PostgresLedger, PostgresStore
+from orchestra.testing import make_sandbox
 
 HERE = Path(__file__).resolve().parent
 TOOL = HERE.parents[1] / "tools" / "postgres.py"
@@ -94,3 +95,9 @@ def ledger(store: PostgresStore) -> PostgresLedger:
     made = PostgresLedger(store=store, executor="w1")
     made.create()
     return made
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Path:
+    """A directory holding the scripted provider's sandbox files."""
+    return make_sandbox(tmp_path / "sandbox")

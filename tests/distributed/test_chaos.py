@@ -41,7 +41,6 @@ from distributed_support import DEAD_AFTER_S, Workers, postgres_tool, wait_until
 from orchestra import Status, StoreUnreachable
 from orchestra.distributed import AGENTS_KEY, Cluster, cancel_tree, ledger_rows, submit
 from orchestra.distributed._worker import agent_of_reference
-from orchestra.testing import SANDBOX_FILES
 
 SEED = int(os.environ.get("ORCHESTRA_CHAOS_SEED", "27"))
 TREES = 12
@@ -183,15 +182,6 @@ def _open_writes(path: Path) -> dict[str, int]:
 
 def _tree_done(cluster: Cluster, root: str) -> bool:
     return all(s.status is not Status.RUNNING for s in cluster.store.tree(root))
-
-
-@pytest.fixture
-def sandbox(tmp_path: Path) -> Path:
-    box = tmp_path / "sandbox"
-    box.mkdir()
-    for name, text in SANDBOX_FILES.items():
-        (box / name).write_text(text)
-    return box
 
 
 def test_chaos_keeps_exactly_once_budgets_and_cancel(

@@ -29,20 +29,11 @@ from distributed_support import (
 from orchestra import InterruptionKind, Limits, Status, StoreUnreachable
 from orchestra._approval import approve
 from orchestra._cli.recipe import Recipe
+from orchestra._execute import new_state
 from orchestra.distributed import AGENTS_KEY, Cluster, cancel_tree, ledger_rows, resume_tree, submit
 from orchestra.distributed._worker import agent_of_reference
-from orchestra.testing import SANDBOX_FILES
 
 TREE_S = 90.0
-
-
-@pytest.fixture
-def sandbox(tmp_path: Path) -> Path:
-    box = tmp_path / "sandbox"
-    box.mkdir()
-    for name, text in SANDBOX_FILES.items():
-        (box / name).write_text(text)
-    return box
 
 
 @pytest.fixture
@@ -261,3 +252,25 @@ def _quietly(check: Callable[..., bool], *args: object) -> bool:
         return check(*args)
     except StoreUnreachable:
         return False
+
+
+def test_a_run_left_running_with_no_workflow_is_taken_up(
+    pg_url: str, tmp_path: Path, sandbox: Path, env: dict[str, str]
+) -> None:
+    """A run saved ``running`` whose workflow ended, or never began (here: saved and
+    never queued, last saved long ago), is queued again by a live worker's sweep
+    within ``--dead-after`` plus a few seconds, and completes."""
+    recipe = Recipe(directory=str(sandbox), scenario="plan")
+    agent = recipe.agent(Limits(max_turns=6))
+    with workers(pg_url, tmp_path, 2, env), Cluster(pg_url) as cluster:
+        state = new_state(agent, "Why did the job fail?", agent.limits.anchored(time.time()))
+        state.metadata = recipe.metadata()
+        state.updated_at = time.time() - 60  # as if its worker had stopped saving long ago
+        cluster.store.save(state)
+        cluster.ledger.open_node(state, 0)
+        left = time.monotonic()
+        wait_until(lambda: finished(cluster, state.run_id), DEAD_AFTER_S + 15, "the sweep")
+        took = time.monotonic() - left
+        done = cluster.store.load(state.run_id)
+    assert done.status is Status.COMPLETED, done.reason
+    assert took <= DEAD_AFTER_S + 10, took
