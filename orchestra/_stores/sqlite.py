@@ -6,7 +6,9 @@ is one ``BEGIN IMMEDIATE`` transaction: it takes the file's write lock up
 front (waiting up to :data:`BUSY_TIMEOUT_S` for another writer), so a
 read-then-write (a lease check, a cancel request) cannot race another process.
 
-Besides the :class:`~orchestra._stores.memory.Store` protocol, the store keeps cancel
+The store's body is :class:`~orchestra._stores.sql.SQLStore`, shared with the
+PostgreSQL store: this module brings SQLite's connection, transactions, schema
+and migrations. Besides run states and events, the store keeps cancel
 requests (so ``orchestra cancel`` in one process can stop a tree running in
 another) and leases (so only one process runs a tree at a time).
 
@@ -29,19 +31,17 @@ import contextlib
 import os
 import sqlite3
 import threading
-import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import orjson
 
-from .._exceptions import ConfigError, RunNotFound, StateError, StoreError
+from .._exceptions import StateError, StoreError
 from .._state import RunState
-from . import fence as fences
 from . import shared
-from .fence import Fence
-from .transcripts import SavedTranscripts, joined, message_json, store_rows
+from .sql import SQLStore
+from .transcripts import joined, message_json
 
 __all__ = ["BUSY_TIMEOUT_S", "STORE_SCHEMA_VERSION", "SQLiteStore", "default_store_path"]
 
@@ -102,33 +102,6 @@ _TABLES = (
 )
 """A released lease keeps its row (no owner, expired), so a tree's epoch never goes back."""
 
-_UPSERT_RUN = """
-    -- a run's root, parent, agent and creation time never change: not rewritten
-    INSERT INTO runs
-        (run_id, root_id, parent_id, agent, status, created_at, updated_at, state, messages)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-    ON CONFLICT (run_id) DO UPDATE SET
-        status = excluded.status, updated_at = excluded.updated_at,
-        state = excluded.state, messages = excluded.messages
-"""
-
-_INSERT_MESSAGE = "INSERT INTO messages (run_id, idx, data) VALUES (?, ?, ?)"
-_DROP_MESSAGES_FROM = "DELETE FROM messages WHERE run_id = ? AND idx >= ?"
-
-_TAKE_LEASE = """
-    INSERT INTO leases (root_id, owner, expires_at, epoch) VALUES (?, ?, ?, 1)
-    ON CONFLICT (root_id) DO UPDATE SET
-        owner = excluded.owner, expires_at = excluded.expires_at, epoch = leases.epoch + 1
-    RETURNING epoch
-"""
-_RELEASE_LEASE = "UPDATE leases SET owner = '', expires_at = 0 WHERE root_id = ? AND owner = ?"
-
-_UPSERT_CANCEL = """
-    INSERT INTO cancels (run_id, root_id, reason, requested_at) VALUES (?, ?, ?, ?)
-    ON CONFLICT (run_id) DO UPDATE SET
-        reason = excluded.reason, requested_at = excluded.requested_at
-"""
-
 
 def default_store_path() -> Path:
     """Where :class:`SQLiteStore` keeps runs when given no path.
@@ -145,7 +118,7 @@ def default_store_path() -> Path:
     return base / "orchestra" / "runs.db"
 
 
-class SQLiteStore:
+class SQLiteStore(SQLStore):
     """Run states, events, cancel requests and leases in one SQLite file.
 
     Durability: the file uses ``journal_mode=WAL`` with ``synchronous=NORMAL``.
@@ -169,15 +142,12 @@ class SQLiteStore:
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        super().__init__()
         self._path = Path(path) if path is not None else default_store_path()
         self._lock = threading.Lock()
-        self._saved = SavedTranscripts()
+        self._committed: list[Callable[[], None]] = []
         self._conn: sqlite3.Connection | None = _open(self._path)
-        try:
-            self._create_schema()
-        except BaseException:
-            self.close()
-            raise
+        self._create_schema_or_close()
 
     @property
     def path(self) -> Path:
@@ -192,296 +162,12 @@ class SQLiteStore:
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self._path)!r})"
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     def close(self) -> None:
         """Close the connection. Closing twice is fine; any other use then fails."""
         with self._lock:
             conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
-
-    @property
-    def inbox(self) -> Self:
-        """This store keeps cancel requests (a :class:`~orchestra._stores.contract.CancelInbox`)."""
-        return self
-
-    @property
-    def leases(self) -> Self:
-        """This store keeps leases (see :class:`~orchestra._stores.contract.Leases`)."""
-        return self
-
-    # -- runs -------------------------------------------------------------
-
-    def save(
-        self, state: RunState, events: Sequence[dict[str, Any]] = (), *, fence: Fence | None = None
-    ) -> None:
-        """Insert or replace the state of ``state.run_id`` and append ``events``, atomically.
-
-        With ``fence`` (a lease from :meth:`acquire_lease`), the save is
-        *fenced*: it happens only if that lease, at that epoch, is still the
-        current one, checked in the same transaction. A process that stalled
-        past its lease and lost the tree to another one can therefore never
-        save over the new holder's state.
-
-        Only the messages added since this store last saved the run are
-        written (the whole transcript if it does not extend that one).
-
-        Raises:
-            LeaseLost: ``fence`` was given and is not current.
-            StateError: the state or an event cannot be stored as JSON.
-        """
-        self.save_many([state], events, fence=fence)
-
-    def save_many(
-        self,
-        states: Sequence[RunState],
-        events: Sequence[dict[str, Any]] = (),
-        *,
-        fence: Fence | None = None,
-    ) -> None:
-        """Save several states and ``events`` in one transaction (fenced as :meth:`save`).
-
-        All or none: e.g. every run of a tree stopped by one cancel.
-
-        Raises:
-            LeaseLost: ``fence`` was given and is not current.
-            StateError: a state or an event cannot be stored as JSON.
-        """
-        event_rows = [shared.event_row(event) for event in events]
-        writes = [store_rows(self._saved, state) for state in states]
-        doing = f"save run {states[0].run_id!r}" if len(states) == 1 else f"save {len(states)} runs"
-        with self._write(doing) as conn:
-            if fence is not None:
-                _check_fence(conn, fence)
-            conn.executemany(_UPSERT_RUN, [run_row for run_row, _, _ in writes])
-            # a whole transcript replaces whatever is stored (dropped before any insert)
-            wholes = [(run_row[0], 0) for run_row, start, _ in writes if start == 0]
-            if wholes:
-                conn.executemany(_DROP_MESSAGES_FROM, wholes)
-            message_rows = [row for _, _, rows in writes for row in rows]
-            if message_rows:
-                conn.executemany(_INSERT_MESSAGE, message_rows)
-            if event_rows:
-                conn.executemany(_INSERT_EVENT, event_rows)
-        for state in states:
-            self._saved.written(state)
-
-    def load(self, run_id: str) -> RunState:
-        """The last saved state of ``run_id``.
-
-        Raises:
-            RunNotFound: no run with this id.
-            SchemaVersionError: it was saved by an unknown run-state schema version.
-        """
-        states = self._states(f"load run {run_id!r}", "run_id = ?", run_id)
-        if not states:
-            raise RunNotFound(f"no run {run_id!r} in {self._path}")
-        return states[0]
-
-    def tree(self, root_id: str) -> list[RunState]:
-        """Every run of the tree rooted at ``root_id``: the root, then by creation time.
-
-        Raises:
-            RunNotFound: no run belongs to this tree.
-        """
-        states = self._states(
-            f"load tree {root_id!r}",
-            "root_id = ? ORDER BY run_id != root_id, created_at, run_id",
-            root_id,
-        )
-        if not states:
-            raise RunNotFound(f"no run tree {root_id!r} in {self._path}")
-        return states
-
-    def list_runs(self, *, limit: int = 50, roots_only: bool = True) -> list[RunState]:
-        """Up to ``limit`` runs, most recently updated first (only roots by default)."""
-        if limit < 0:
-            raise ConfigError(f"limit must be >= 0, got {limit}")
-        where = "run_id = root_id" if roots_only else "1"
-        return self._states("list runs", f"{where} ORDER BY updated_at DESC, run_id LIMIT ?", limit)
-
-    def _states(self, doing: str, where: str, *params: object) -> list[RunState]:
-        """The states of the runs ``where`` selects, in its order, from one snapshot."""
-        with self._lock, self._sqlite_errors(doing):
-            conn = self._connection()
-            conn.execute("BEGIN")
-            try:
-                heads = conn.execute(
-                    f"SELECT run_id, state, messages FROM runs WHERE {where}", params
-                ).fetchall()
-                transcripts = _transcripts(conn, heads)
-            finally:
-                conn.execute("COMMIT")
-        return [joined(head, transcripts.get(run_id, [])) for run_id, head, _ in heads]
-
-    def resolve(self, prefix: str) -> str:
-        """The run id that ``prefix`` starts (an exact id always wins).
-
-        Raises:
-            ConfigError: the prefix is empty.
-            RunNotFound: no run id starts with it.
-            StateError: several do (the message lists some).
-        """
-        if not prefix:
-            raise ConfigError("a run id prefix must not be empty")
-        ids = [
-            run_id
-            for (run_id,) in self._read(
-                f"resolve run id prefix {prefix!r}",
-                "SELECT run_id FROM runs WHERE substr(run_id, 1, ?) = ? ORDER BY run_id LIMIT 6",
-                len(prefix),
-                prefix,
-            )
-        ]
-        return shared.pick_run_id(prefix, ids, self._path)
-
-    # -- events -----------------------------------------------------------
-
-    def add_events(self, events: Iterable[dict[str, Any]], *, fence: Fence | None = None) -> None:
-        """Append events, all or none, in one transaction (fenced as :meth:`save`).
-
-        Each event needs ``run_id``, ``root_id``, ``type`` and ``at``; the whole
-        dict is kept (as JSON) and comes back from :meth:`events`.
-
-        Raises:
-            LeaseLost: ``fence`` was given and is not current.
-            StateError: an event lacks a key or is not JSON-serialisable.
-        """
-        rows = [shared.event_row(event) for event in events]
-        if not rows:
-            return
-        with self._write(f"add {len(rows)} events") as conn:
-            if fence is not None:
-                _check_fence(conn, fence)
-            conn.executemany(_INSERT_EVENT, rows)
-
-    def events(self, run_id: str | None = None, root_id: str | None = None) -> list[dict[str, Any]]:
-        """Stored events in the order they were added, optionally of one run or tree."""
-        if run_id is not None and root_id is None:  # its tree's index serves it
-            found = self._read("find a run's tree", _ROOT_OF, run_id)
-            root_id = found[0][0] if found else None
-        where, params = _events_where(run_id, root_id)
-        rows = self._read("read events", f"SELECT data FROM events {where} ORDER BY seq", *params)
-        return [orjson.loads(data) for (data,) in rows]
-
-    # -- cancel requests --------------------------------------------------
-
-    def request_cancel(self, run_id: str, reason: str) -> None:
-        """Ask whichever process runs ``run_id``'s tree to cancel that run.
-
-        A newer request for the same run replaces the older one's reason.
-
-        Raises:
-            RunNotFound: no run with this id.
-        """
-        with self._write(f"request cancel of run {run_id!r}") as conn:
-            found = conn.execute("SELECT root_id FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-            if found is None:
-                raise RunNotFound(f"no run {run_id!r} in {self._path}")
-            conn.execute(_UPSERT_CANCEL, (run_id, found[0], reason, time.time()))
-
-    def pending_cancels(self, root_id: str | None = None) -> dict[str, str]:
-        """Cancel requests for runs of the tree ``root_id`` (of every tree if None):
-        reason by run id, oldest first."""
-        rows = self._read(
-            f"read cancel requests of {root_id or 'every tree'!r}",
-            "SELECT run_id, reason FROM cancels WHERE ?1 IS NULL OR root_id = ?1"
-            " ORDER BY requested_at, run_id",
-            root_id,
-        )
-        return dict(rows)
-
-    def clear_cancel(self, run_id: str) -> None:
-        """Forget the cancel request for ``run_id`` (if any): it has been applied."""
-        with self._write(f"clear cancel of run {run_id!r}") as conn:
-            conn.execute("DELETE FROM cancels WHERE run_id = ?", (run_id,))
-
-    def clear_cancels(self, root_id: str) -> None:
-        """Forget every cancel request of the tree ``root_id``.
-
-        Done when a process takes the tree and when it lets it go, so a request
-        that no process applied (its holder died, or the tree finished first)
-        never stops a later resume.
-        """
-        with self._write(f"clear cancel requests of {root_id!r}") as conn:
-            conn.execute("DELETE FROM cancels WHERE root_id = ?", (root_id,))
-
-    # -- leases -----------------------------------------------------------
-
-    def acquire_lease(
-        self, root_id: str, owner: str, ttl: float = 30.0, now: float | None = None
-    ) -> Fence:
-        """Own the tree ``root_id`` for ``ttl`` seconds; the fence of this taking.
-
-        Succeeds when nobody holds the lease, when ``owner`` already does (the
-        lease is extended), or when the holder's lease has expired. Every
-        taking gets the next epoch, so a fence from an earlier one (even the
-        same owner's) no longer passes. The check and the claim are one
-        ``BEGIN IMMEDIATE`` transaction, so of several processes racing for a
-        lease exactly one wins.
-
-        Raises:
-            LeaseError: another owner holds an unexpired lease.
-        """
-        now = shared.now_or(now)
-        expires_at = now + shared.checked_ttl(ttl)
-        with self._write(f"acquire lease on {root_id!r}") as conn:
-            held = _lease_of(conn, root_id)
-            if held is not None and held[0] != owner and held[1] > now and shared.alive(held[0]):
-                raise shared.held_by(root_id, held, now)
-            (epoch,) = conn.execute(_TAKE_LEASE, (root_id, owner, expires_at)).fetchone()
-        return Fence(scope="lease", key=root_id, holder=owner, epoch=epoch)
-
-    def renew_lease(
-        self, root_id: str, owner: str, ttl: float = 30.0, now: float | None = None
-    ) -> None:
-        """Extend ``owner``'s lease on ``root_id`` to ``ttl`` seconds from now.
-
-        An expired lease that nobody else has taken can still be renewed.
-
-        Raises:
-            LeaseError: ``owner`` does not hold the lease (any more).
-        """
-        now = shared.now_or(now)
-        expires_at = now + shared.checked_ttl(ttl)
-        with self._write(f"renew lease on {root_id!r}") as conn:
-            held = _lease_of(conn, root_id)
-            if held is None or held[0] != owner:
-                raise shared.not_held(root_id, owner, held, now)
-            conn.execute(
-                "UPDATE leases SET expires_at = ? WHERE root_id = ?", (expires_at, root_id)
-            )
-
-    def lease_holder(self, root_id: str, now: float | None = None) -> str | None:
-        """Who runs the tree ``root_id`` now: the owner of an unexpired lease held by a
-        live process, or ``None`` (nobody: never run, finished, or its process died)."""
-        now = shared.now_or(now)
-        rows = self._read(
-            f"read the lease on {root_id!r}",
-            "SELECT owner, expires_at FROM leases WHERE root_id = ?",
-            root_id,
-        )
-        if not rows or not rows[0][0] or rows[0][1] <= now or not shared.alive(rows[0][0]):
-            return None
-        return str(rows[0][0])
-
-    def let_go(self, root_id: str, owner: str) -> None:
-        """:meth:`clear_cancels` and :meth:`release_lease` in one transaction (a tree stopped)."""
-        with self._write(f"let go of {root_id!r}") as conn:
-            conn.execute("DELETE FROM cancels WHERE root_id = ?", (root_id,))
-            conn.execute(_RELEASE_LEASE, (root_id, owner))
-
-    def release_lease(self, root_id: str, owner: str) -> None:
-        """Drop ``owner``'s lease on ``root_id``; another owner's lease is left alone."""
-        with self._write(f"release lease on {root_id!r}") as conn:
-            conn.execute(_RELEASE_LEASE, (root_id, owner))
-
-    # -- plumbing ---------------------------------------------------------
 
     def _create_schema(self) -> None:
         with self._write("create the schema") as conn:
@@ -515,10 +201,12 @@ class SQLiteStore:
 
     @contextlib.contextmanager
     def _write(self, doing: str) -> Iterator[sqlite3.Connection]:
-        """One write transaction, holding the file's write lock from its start."""
+        """One write transaction, holding the file's write lock from its start;
+        the callbacks given to :meth:`_on_commit` in it run once it committed."""
         with self._lock, self._sqlite_errors(doing):
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
+            self._committed = []
             try:
                 yield conn
                 conn.execute("COMMIT")
@@ -526,11 +214,30 @@ class SQLiteStore:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+            for callback in self._committed:
+                callback()
+
+    def _on_commit(self, callback: Callable[[], None]) -> None:
+        self._committed.append(callback)
 
     def _read(self, doing: str, sql: str, *params: object) -> list[Any]:
         """The rows of one query (one statement: a consistent snapshot)."""
         with self._lock, self._sqlite_errors(doing):
             return self._connection().execute(sql, params).fetchall()
+
+    def _states(self, doing: str, where: str, *params: object) -> list[RunState]:
+        """The states of the runs ``where`` selects, in its order, from one snapshot."""
+        with self._lock, self._sqlite_errors(doing):
+            conn = self._connection()
+            conn.execute("BEGIN")
+            try:
+                heads = conn.execute(
+                    f"SELECT r.run_id, r.state, r.messages FROM runs r WHERE {where}", params
+                ).fetchall()
+                transcripts = _transcripts(conn, heads)
+            finally:
+                conn.execute("COMMIT")
+        return [joined(head, transcripts.get(run_id, [])) for run_id, head, _ in heads]
 
 
 def _open(path: Path) -> sqlite3.Connection:
@@ -585,20 +292,6 @@ def _migrate_from_2(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (STORE_SCHEMA_VERSION,))
 
 
-_ROOT_OF = "SELECT root_id FROM runs WHERE run_id = ?"
-
-
-def _events_where(run_id: str | None, root_id: str | None) -> tuple[str, tuple[str, ...]]:
-    """The WHERE clause (and its parameters) of the events of a run, of a tree or of
-    both. The tree index serves the last two; a run's alone are scanned for (a run
-    with no saved state, whose tree is not known, only has events added by hand)."""
-    if root_id is None:
-        return ("", ()) if run_id is None else ("WHERE run_id = ?", (run_id,))
-    if run_id is None:
-        return "WHERE root_id = ?", (root_id,)
-    return "WHERE root_id = ? AND run_id = ?", (root_id, run_id)
-
-
 def _migrate_from_1(conn: sqlite3.Connection) -> None:
     """Store schema 1 -> 2: move every run's transcript out of its row."""
     conn.execute("ALTER TABLE runs ADD COLUMN messages INTEGER NOT NULL DEFAULT 0")
@@ -611,7 +304,7 @@ def _migrate_from_1(conn: sqlite3.Connection) -> None:
             (orjson.dumps(data).decode(), len(messages), run_id),
         )
         conn.executemany(
-            _INSERT_MESSAGE,
+            SQLStore.SQL_INSERT_MESSAGE,
             [(run_id, i, message_json(m)) for i, m in enumerate(messages)],
         )
 
@@ -635,29 +328,3 @@ def _transcripts(
             if idx < counts[run_id]:
                 found[run_id].append(shared.message(run_id, idx, data))
     return found
-
-
-def _lease_of(conn: sqlite3.Connection, root_id: str) -> tuple[str, float] | None:
-    row = conn.execute(
-        "SELECT owner, expires_at FROM leases WHERE root_id = ?", (root_id,)
-    ).fetchone()
-    return None if row is None or not row[0] else (row[0], row[1])  # '': released
-
-
-def _check_fence(conn: sqlite3.Connection, fence: Fence) -> None:
-    """Raise :class:`LeaseLost` unless ``fence`` is the current lease on its tree.
-
-    An expired lease that nobody else took still counts as held: taking a
-    lease is itself a transaction on this row, so once another process has
-    taken it, this check fails. SQLite keeps no worker claims: a claim never
-    passes here.
-    """
-    row = None
-    if fence.scope == "lease":
-        row = conn.execute(
-            "SELECT owner, epoch FROM leases WHERE root_id = ?", (fence.key,)
-        ).fetchone()
-    fences.check(fence, None if row is None else (row[0] or None, row[1]))
-
-
-_INSERT_EVENT = "INSERT INTO events (run_id, root_id, type, at, data) VALUES (?, ?, ?, ?, ?)"

@@ -37,8 +37,8 @@ import contextlib
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Self, TypeVar
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
@@ -54,10 +54,11 @@ from .._exceptions import (
     StoreUnreachable,
 )
 from .._state import Interruption, InterruptionKind, RunState, Status, Usage
-from .._stores import fence as fences
 from .._stores import shared
 from .._stores.fence import Fence
-from .._stores.transcripts import SavedTranscripts, head_json, joined, store_rows
+from .._stores.sql import Connection as SQLConnection
+from .._stores.sql import SQLStore
+from .._stores.transcripts import head_json, joined
 
 _R = TypeVar("_R")
 
@@ -122,24 +123,6 @@ _TABLES = (
     "CREATE TABLE orchestra_schema (version INTEGER NOT NULL)",
 )
 
-_UPSERT_RUN = """
-    INSERT INTO runs
-        (run_id, root_id, parent_id, agent, status, created_at, updated_at, state, messages)
-    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
-    ON CONFLICT (run_id) DO UPDATE SET
-        root_id = excluded.root_id, parent_id = excluded.parent_id, agent = excluded.agent,
-        status = excluded.status, created_at = excluded.created_at,
-        updated_at = excluded.updated_at, state = excluded.state, messages = excluded.messages
-"""
-
-# An upsert, not a plain insert: a row past the run's recorded count (left by
-# another writer's longer transcript) is overwritten instead of failing the save.
-_UPSERT_MESSAGE = """
-    INSERT INTO messages (run_id, idx, data) VALUES (%s, %s, %s)
-    ON CONFLICT (run_id, idx) DO UPDATE SET data = excluded.data
-"""
-_DROP_MESSAGES = "DELETE FROM messages WHERE run_id = %s"
-
 _SELECT_STATES = """
     SELECT r.run_id, r.state, ARRAY(
         SELECT m.data FROM messages m
@@ -152,23 +135,6 @@ _STOP_HEAD = """
     UPDATE runs SET status = %s, updated_at = %s, state = %s, epoch = epoch + 1 WHERE run_id = %s
 """
 """A run stopped in the database: whoever executed it is fenced out."""
-
-_INSERT_EVENT = "INSERT INTO events (run_id, root_id, type, at, data) VALUES (%s, %s, %s, %s, %s)"
-
-_UPSERT_CANCEL = """
-    INSERT INTO cancels (run_id, root_id, reason, requested_at) VALUES (%s, %s, %s, %s)
-    ON CONFLICT (run_id) DO UPDATE SET
-        reason = excluded.reason, requested_at = excluded.requested_at
-"""
-
-_TAKE_LEASE = """
-    INSERT INTO leases (root_id, owner, expires_at, epoch) VALUES (%s, %s, %s, 1)
-    ON CONFLICT (root_id) DO UPDATE SET
-        owner = excluded.owner, expires_at = excluded.expires_at, epoch = leases.epoch + 1
-    RETURNING epoch
-"""
-_RELEASE_LEASE = "UPDATE leases SET owner = '', expires_at = 0 WHERE root_id = %s AND owner = %s"
-"""A released lease keeps its row (no owner, expired), so a tree's epoch never goes back."""
 
 _MIGRATE_FROM_1 = (
     "ALTER TABLE runs ADD COLUMN IF NOT EXISTS epoch BIGINT NOT NULL DEFAULT 0",
@@ -191,7 +157,7 @@ def redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
-class PostgresStore:
+class PostgresStore(SQLStore):
     """Run states, events, cancel requests, leases and executors in a PostgreSQL database.
 
     Durability is the server's: a save has committed when it returns. Every
@@ -210,7 +176,25 @@ class PostgresStore:
         StateError: the tables were made by an unknown store schema version.
     """
 
+    PLACEHOLDER = "%s"
+    SQL_INSERT_MESSAGE = """
+        INSERT INTO messages (run_id, idx, data) VALUES (%s, %s, %s)
+        ON CONFLICT (run_id, idx) DO UPDATE SET data = excluded.data
+    """
+    """An upsert, not a plain insert: a row past the run's recorded count (left by
+    another writer's longer transcript) is overwritten instead of failing the save."""
+    SQL_LEASE = "SELECT owner, expires_at FROM leases WHERE root_id = %s FOR UPDATE"
+    """Locked: a taking waits for a renewal in progress (and the other way round)."""
+    SQL_FENCES: ClassVar[dict[str, str]] = {
+        "lease": "SELECT owner, epoch FROM leases WHERE root_id = %s FOR SHARE",
+        "claim": "SELECT executor, epoch FROM runs WHERE run_id = %s FOR SHARE",
+    }
+    """Read ``FOR SHARE``: a process taking the lease or the run over (which updates
+    the row) waits for the fenced write to commit, or the write's read waits for
+    the takeover and then sees the new holder and epoch."""
+
     def __init__(self, url: str) -> None:
+        super().__init__()
         self._dsn = url
         self._url = redacted(url)
         self._where = _where(url, self._url)
@@ -218,12 +202,7 @@ class PostgresStore:
         self._local = threading.local()
         self._conns: dict[threading.Thread, Connection] = {}
         self._closed = False
-        self._saved = SavedTranscripts()
-        try:
-            self._create_schema()
-        except BaseException:
-            self.close()
-            raise
+        self._create_schema_or_close()
 
     @property
     def url(self) -> str:
@@ -244,12 +223,6 @@ class PostgresStore:
     def __repr__(self) -> str:
         return f"PostgresStore({self._url!r})"
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     def close(self) -> None:
         """Close every thread's connection. Closing twice is fine; any other use then fails."""
         with self._lock:
@@ -258,114 +231,14 @@ class PostgresStore:
         for conn in conns:
             conn.close()
 
-    @property
-    def inbox(self) -> Self:
-        """This store keeps cancel requests (a :class:`~orchestra._stores.contract.CancelInbox`)."""
-        return self
-
-    @property
-    def leases(self) -> Self:
-        """This store keeps leases (see :class:`~orchestra._stores.contract.Leases`)."""
-        return self
-
     # -- runs -------------------------------------------------------------
-
-    def save(
-        self, state: RunState, events: Sequence[dict[str, Any]] = (), *, fence: Fence | None = None
-    ) -> None:
-        """Insert or replace the state of ``state.run_id`` and append ``events``, atomically.
-
-        With ``fence`` (a lease from :meth:`acquire_lease` or a claim from
-        :meth:`claim`), the save is *fenced*: it happens only if that lease or
-        claim, at that epoch, is still the current one, checked in the same
-        transaction, so a writer that lost the tree or the run can never save
-        over the new holder's state. Only the messages added since this store
-        last saved the run are written (the whole transcript if it does not
-        extend that one).
-
-        Raises:
-            LeaseLost: ``fence`` was given and is not current.
-            StateError: the state or an event cannot be stored as JSON.
-        """
-        self.save_many([state], events, fence=fence)
-
-    def save_many(
-        self,
-        states: Sequence[RunState],
-        events: Sequence[dict[str, Any]] = (),
-        *,
-        fence: Fence | None = None,
-    ) -> None:
-        """Save several states and ``events`` in one transaction (fenced as :meth:`save`).
-
-        All or none: e.g. every run of a tree stopped by one cancel.
-
-        Raises:
-            LeaseLost: ``fence`` was given and is not current.
-            StateError: a state or an event cannot be stored as JSON.
-        """
-        event_rows = [shared.event_row(event) for event in events]
-        writes = [store_rows(self._saved, state) for state in states]
-        doing = f"save run {states[0].run_id!r}" if len(states) == 1 else f"save {len(states)} runs"
-        with self._transaction(doing) as conn, conn.cursor() as cur:
-            if fence is not None:
-                _check_fence(conn, fence)
-            for run_row, start, message_rows in writes:
-                cur.execute(_UPSERT_RUN, run_row)
-                if start == 0:  # a whole transcript replaces whatever is stored
-                    cur.execute(_DROP_MESSAGES, (run_row[0],))
-                if message_rows:
-                    cur.executemany(_UPSERT_MESSAGE, message_rows)
-            if event_rows:
-                cur.executemany(_INSERT_EVENT, event_rows)
-            self._on_commit(lambda: self._written(states))
-
-    def _written(self, states: Iterable[RunState]) -> None:
-        for state in states:
-            self._saved.written(state)
-
-    def load(self, run_id: str) -> RunState:
-        """The last saved state of ``run_id``.
-
-        Raises:
-            RunNotFound: no run with this id.
-            SchemaVersionError: it was saved by an unknown run-state schema version.
-        """
-        states = self._states(f"load run {run_id!r}", "r.run_id = %s", run_id)
-        if not states:
-            raise RunNotFound(f"no run {run_id!r} in {self._url}")
-        return states[0]
-
-    def tree(self, root_id: str) -> list[RunState]:
-        """Every run of the tree rooted at ``root_id``: the root, then by creation time.
-
-        Raises:
-            RunNotFound: no run belongs to this tree.
-        """
-        states = self._states(
-            f"load tree {root_id!r}",
-            "r.root_id = %s ORDER BY r.run_id <> r.root_id, r.created_at, r.run_id",
-            root_id,
-        )
-        if not states:
-            raise RunNotFound(f"no run tree {root_id!r} in {self._url}")
-        return states
-
-    def list_runs(self, *, limit: int = 50, roots_only: bool = True) -> list[RunState]:
-        """Up to ``limit`` runs, most recently updated first (only roots by default)."""
-        if limit < 0:
-            raise ConfigError(f"limit must be >= 0, got {limit}")
-        where = "r.run_id = r.root_id" if roots_only else "TRUE"
-        return self._states(
-            "list runs", where + " ORDER BY r.updated_at DESC, r.run_id LIMIT %s", limit
-        )
 
     def _states(self, doing: str, where: str, *params: object) -> list[RunState]:
         """The states of the runs ``where`` selects, in its order (one statement: one snapshot)."""
 
         def read() -> list[RunState]:
             with self._transaction(doing) as conn:
-                return _select_states(conn, where, params)
+                return _select_states(conn, where.replace("?", "%s"), params)
 
         return self._reading(read)
 
@@ -379,187 +252,29 @@ class PostgresStore:
                 raise  # inside a caller's transaction: that one failed
             return read()
 
-    def resolve(self, prefix: str) -> str:
-        """The run id that ``prefix`` starts (an exact id always wins).
-
-        Raises:
-            ConfigError: the prefix is empty.
-            RunNotFound: no run id starts with it.
-            StateError: several do (the message lists some).
-        """
-        if not prefix:
-            raise ConfigError("a run id prefix must not be empty")
-        pattern = re.sub(r"([\\%_])", r"\\\1", prefix) + "%"
-        rows = self._read(
-            f"resolve run id prefix {prefix!r}",
-            "SELECT run_id FROM runs WHERE run_id LIKE %s ORDER BY run_id LIMIT 6",
-            pattern,
-        )
-        return shared.pick_run_id(prefix, [run_id for (run_id,) in rows], self._url)
-
     # -- events -----------------------------------------------------------
-
-    def add_events(self, events: Iterable[dict[str, Any]], *, fence: Fence | None = None) -> None:
-        """Append events, all or none, in one transaction (fenced as :meth:`save`).
-
-        Each event needs ``run_id``, ``root_id``, ``type`` and ``at``; the whole
-        dict is kept (as JSON) and comes back from :meth:`events`.
-
-        Raises:
-            LeaseLost: ``fence`` was given and is not current.
-            StateError: an event lacks a key or is not JSON-serialisable.
-        """
-        rows = [shared.event_row(event) for event in events]
-        if not rows:
-            return
-        with self._transaction(f"add {len(rows)} events") as conn, conn.cursor() as cur:
-            if fence is not None:
-                _check_fence(conn, fence)
-            cur.executemany(_INSERT_EVENT, rows)
 
     def check_fence(self, fence: Fence) -> None:
         """Raise :class:`LeaseLost` unless ``fence`` is current. Inside a
         :meth:`transaction` it is part of it: the write after it in the same
         transaction is fenced (the row stays share-locked until the commit)."""
         with self._transaction(f"check the {fence.describe()}") as conn:
-            _check_fence(conn, fence)
-
-    def events(self, run_id: str | None = None, root_id: str | None = None) -> list[dict[str, Any]]:
-        """Stored events in the order they were added, optionally of one run or tree.
-
-        The order is that of the events' sequence numbers, taken as they are
-        inserted: for one tree (saved by one process at a time), the order of
-        the saves that added them.
-        """
-        given = {"run_id": run_id, "root_id": root_id}
-        chosen = {column: value for column, value in given.items() if value is not None}
-        where = " AND ".join(f"{column} = %s" for column in chosen) or "TRUE"
-        rows = self._read(
-            "read events",
-            f"SELECT data FROM events WHERE {where} ORDER BY seq",
-            *chosen.values(),
-        )
-        return [orjson.loads(data) for (data,) in rows]
+            self._check_fence(conn, fence)
 
     # -- cancel requests --------------------------------------------------
-
-    def request_cancel(self, run_id: str, reason: str) -> None:
-        """Ask whichever process runs ``run_id``'s tree to cancel that run.
-
-        A newer request for the same run replaces the older one's reason.
-
-        Raises:
-            RunNotFound: no run with this id.
-        """
-        with self._transaction(f"request cancel of run {run_id!r}") as conn:
-            found = conn.execute("SELECT root_id FROM runs WHERE run_id = %s", (run_id,)).fetchone()
-            if found is None:
-                raise RunNotFound(f"no run {run_id!r} in {self._url}")
-            conn.execute(_UPSERT_CANCEL, (run_id, found[0], reason, time.time()))
-
-    def pending_cancels(self, root_id: str | None = None) -> dict[str, str]:
-        """Cancel requests for runs of the tree ``root_id`` (of every tree if None):
-        reason by run id, oldest first."""
-        if root_id is None:
-            return self._cancels("'every tree'", "TRUE")
-        return self._cancels(repr(root_id), "root_id = %s", root_id)
 
     def cancels_of(self, root_ids: Sequence[str]) -> dict[str, str]:
         """Cancel requests for runs of the trees ``root_ids`` (one query), oldest first."""
         return self._cancels(f"{len(root_ids)} tree(s)", "root_id = ANY(%s)", list(root_ids))
 
-    def _cancels(self, which: str, where: str, *params: object) -> dict[str, str]:
-        rows = self._read(
-            f"read cancel requests of {which}",
-            f"SELECT run_id, reason FROM cancels WHERE {where} ORDER BY requested_at, run_id",
-            *params,
-        )
-        return dict(rows)
-
-    def clear_cancel(self, run_id: str) -> None:
-        """Forget the cancel request for ``run_id`` (if any): it has been applied."""
-        with self._transaction(f"clear cancel of run {run_id!r}") as conn:
-            conn.execute("DELETE FROM cancels WHERE run_id = %s", (run_id,))
-
-    def clear_cancels(self, root_id: str) -> None:
-        """Forget every cancel request of the tree ``root_id``.
-
-        Done when a process takes the tree and when it lets it go, so a request
-        that no process applied never stops a later resume.
-        """
-        with self._transaction(f"clear cancel requests of {root_id!r}") as conn:
-            conn.execute("DELETE FROM cancels WHERE root_id = %s", (root_id,))
-
     # -- leases -----------------------------------------------------------
 
-    def acquire_lease(
-        self, root_id: str, owner: str, ttl: float = 30.0, now: float | None = None
-    ) -> Fence:
-        """Own the tree ``root_id`` for ``ttl`` seconds; the fence of this taking (the
-        next epoch: a fence from an earlier taking, even the same owner's, no longer passes).
+    def _lock_lease(self, conn: SQLConnection, root_id: str) -> None:
+        conn.execute(_LOCK, (f"orchestra lease {root_id}",))
 
-        Succeeds when nobody holds the lease, when ``owner`` already does (the
-        lease is extended), or when the holder's lease has expired (or its
-        process on this host is gone). The check and the claim are one
-        transaction holding an advisory lock on the tree, so of several
-        processes racing for a lease exactly one wins.
-
-        Raises:
-            LeaseError: another owner holds an unexpired lease.
-        """
-        now = shared.now_or(now)
-        expires_at = now + shared.checked_ttl(ttl)
-        with self._transaction(f"acquire lease on {root_id!r}") as conn:
-            conn.execute(_LOCK, (f"orchestra lease {root_id}",))
-            held = _lease_of(conn, root_id, lock=True)  # waits for a renewal in progress
-            if held is not None and held[0] != owner and held[1] > now and shared.alive(held[0]):
-                raise shared.held_by(root_id, held, now)
-            (epoch,) = _one(conn.execute(_TAKE_LEASE, (root_id, owner, expires_at)))
-        return Fence(scope="lease", key=root_id, holder=owner, epoch=int(epoch))
-
-    def renew_lease(
-        self, root_id: str, owner: str, ttl: float = 30.0, now: float | None = None
-    ) -> None:
-        """Extend ``owner``'s lease on ``root_id`` to ``ttl`` seconds from now.
-
-        An expired lease that nobody else has taken can still be renewed.
-
-        Raises:
-            LeaseError: ``owner`` does not hold the lease (any more).
-        """
-        now = shared.now_or(now)
-        expires_at = now + shared.checked_ttl(ttl)
-        with self._transaction(f"renew lease on {root_id!r}") as conn:
-            held = _lease_of(conn, root_id, lock=True)
-            if held is None or held[0] != owner:
-                raise shared.not_held(root_id, owner, held, now)
-            conn.execute(
-                "UPDATE leases SET expires_at = %s WHERE root_id = %s", (expires_at, root_id)
-            )
-
-    def lease_holder(self, root_id: str, now: float | None = None) -> str | None:
-        """Who runs the tree ``root_id`` now: the owner of an unexpired lease held by a
-        live process, or ``None`` (nobody: never run, finished, or its process died)."""
-        now = shared.now_or(now)
-        rows = self._read(
-            f"read the lease on {root_id!r}",
-            "SELECT owner, expires_at FROM leases WHERE root_id = %s",
-            root_id,
-        )
-        if not rows or not rows[0][0] or rows[0][1] <= now or not shared.alive(rows[0][0]):
-            return None
-        return str(rows[0][0])
-
-    def let_go(self, root_id: str, owner: str) -> None:
-        """:meth:`clear_cancels` and :meth:`release_lease` in one transaction (a tree stopped)."""
-        with self._transaction(f"let go of {root_id!r}") as conn:
-            conn.execute("DELETE FROM cancels WHERE root_id = %s", (root_id,))
-            conn.execute(_RELEASE_LEASE, (root_id, owner))
-
-    def release_lease(self, root_id: str, owner: str) -> None:
-        """Drop ``owner``'s lease on ``root_id``; another owner's lease is left alone."""
-        with self._transaction(f"release lease on {root_id!r}") as conn:
-            conn.execute(_RELEASE_LEASE, (root_id, owner))
+    def _prefix(self, prefix: str) -> tuple[str, tuple[object, ...]]:
+        """``LIKE`` (the primary key's "C" collation lets it use the index)."""
+        return "run_id LIKE ?", (re.sub(r"([\\%_])", r"\\\1", prefix) + "%",)
 
     # -- executors (the distributed worker) -------------------------------
 
@@ -787,6 +502,10 @@ class PostgresStore:
             for callback in callbacks:
                 callback()
 
+    def _write(self, doing: str) -> contextlib.AbstractContextManager[Connection]:
+        """One write transaction (a savepoint inside a caller's :meth:`transaction`)."""
+        return self._transaction(doing)
+
     def _on_commit(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once the transaction open on this thread commits."""
         self._local.after_commit.append(callback)
@@ -796,7 +515,7 @@ class PostgresStore:
 
         def read() -> list[TupleRow]:
             with self._transaction(doing) as conn:
-                return conn.execute(sql, params).fetchall()
+                return conn.execute(sql.replace("?", "%s"), params).fetchall()
 
         return self._reading(read)
 
@@ -934,27 +653,3 @@ def _stop(state: RunState, reason: str, now: float) -> None:
     state.reason = reason
     state.interruption = Interruption(kind=InterruptionKind.CANCELLED, reason=reason)
     state.updated_at = now
-
-
-def _lease_of(conn: Connection, root_id: str, *, lock: bool = False) -> tuple[str, float] | None:
-    sql = "SELECT owner, expires_at FROM leases WHERE root_id = %s"
-    row = conn.execute(sql + (" FOR UPDATE" if lock else ""), (root_id,)).fetchone()
-    return None if row is None or not row[0] else (row[0], row[1])  # '': released
-
-
-_FENCE_ROWS = {
-    "lease": "SELECT owner, epoch FROM leases WHERE root_id = %s FOR SHARE",
-    "claim": "SELECT executor, epoch FROM runs WHERE run_id = %s FOR SHARE",
-}
-
-
-def _check_fence(conn: Connection, fence: Fence) -> None:
-    """Raise :class:`LeaseLost` unless ``fence`` is the current lease or claim.
-
-    The row is read ``FOR SHARE``: a process taking the lease or the run over
-    (which updates the row) waits for this write to commit, or this read
-    waits for the takeover and then sees the new holder and epoch. An
-    expired lease that nobody else took still counts as held.
-    """
-    row = conn.execute(_FENCE_ROWS[fence.scope], (fence.key,)).fetchone()
-    fences.check(fence, None if row is None else (row[0] or None, int(row[1])))
