@@ -130,6 +130,8 @@ class _Transactions(Protocol):
 
     def amend_usage(self, usages: Mapping[str, tuple[Usage, Usage | None]]) -> list[str]: ...
 
+    def lock_rows(self, conn: Any, sql: str, params: Sequence[object]) -> list[Any]: ...
+
 
 @attrs.frozen
 class _Numbers:
@@ -337,11 +339,12 @@ class PostgresLedger:
         whose worker died between a charge and its save, lags it until then.
         """
         with self.store.transaction() as conn:
-            rows = conn.execute(
+            rows = self.store.lock_rows(
+                conn,
                 "SELECT run_id, tree, own FROM ledger WHERE root_id = %s ORDER BY depth, run_id"
                 " FOR UPDATE",
                 (root_id,),
-            ).fetchall()
+            )
             usages = {
                 run_id: (_usage(tree), None if own is None else _usage(own))
                 for run_id, tree, own in rows

@@ -70,6 +70,23 @@ PG_SCHEMA_VERSION = 2
 CONNECT_TIMEOUT_S = 10
 """How long opening a connection may take, unless the URL says otherwise."""
 
+IDLE_IN_TRANSACTION_MS = 2000
+"""The server ends a session of ours that stayed this long inside a transaction
+without a statement (its process froze mid-transaction), releasing its locks."""
+
+STALLED_S = 0.25
+"""A cancel does not wait for a lock held by a transaction idle this long
+(see :meth:`PostgresStore.lock_rows`)."""
+
+_END_STALLED = """
+    SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+    WHERE datname = current_database() AND pid <> pg_backend_pid()
+        AND application_name = current_setting('application_name')
+        AND state LIKE 'idle in transaction%%'
+        AND state_change < clock_timestamp() - make_interval(secs => %s)
+"""
+"""End our sessions idle inside a transaction for longer than the given seconds."""
+
 Connection = psycopg.Connection[TupleRow]
 
 # Ids compare byte by byte ("C"), as in SQLite: the same order everywhere, and
@@ -333,7 +350,8 @@ class PostgresStore(SQLStore):
         with self._transaction(f"stop running runs of {root_id!r}") as conn:
             ids = [
                 run_id
-                for (run_id,) in conn.execute(
+                for (run_id,) in self.lock_rows(
+                    conn,
                     "SELECT run_id FROM runs WHERE root_id = %s AND status = %s"
                     f"{which} ORDER BY run_id FOR UPDATE",
                     (root_id, Status.RUNNING.value),
@@ -359,11 +377,14 @@ class PostgresStore(SQLStore):
         For the budget ledger, which records what was charged.
         """
         with self._transaction(f"amend the usage of {len(usages)} run(s)") as conn:
-            states = _select_states(
+            stopped = self.lock_rows(
                 conn,
-                "r.run_id = ANY(%s) AND r.status <> %s ORDER BY r.run_id FOR UPDATE",
+                "SELECT run_id FROM runs WHERE run_id = ANY(%s) AND status <> %s"
+                " ORDER BY run_id FOR UPDATE",
                 (list(usages), Status.RUNNING.value),
             )
+            ids = [run_id for (run_id,) in stopped]
+            states = _select_states(conn, "r.run_id = ANY(%s) ORDER BY r.run_id", (ids,))
             changed = [s for s in states if _amended(s, *usages[s.run_id])]
             for state in changed:
                 conn.execute(
@@ -564,6 +585,28 @@ class PostgresStore(SQLStore):
         for thread in [t for t in self._conns if not t.is_alive()]:
             self._conns.pop(thread).close()
 
+    def lock_rows(self, conn: Connection, sql: str, params: Sequence[object]) -> list[TupleRow]:
+        """The rows of a locking read (``FOR UPDATE``) in ``conn``'s transaction,
+        not held up by a stalled holder.
+
+        A process frozen in the middle of one of its transactions (stopped,
+        its VM paused) keeps that transaction's row locks. Such a holder,
+        idle in its transaction for more than :data:`STALLED_S`, is ended
+        (its transaction rolls back: it committed nothing) instead of being
+        waited for; a live one, whose transactions last milliseconds, is
+        waited for as usual.
+        """
+        for _ in range(3):
+            try:
+                with conn.transaction():  # a savepoint: a lock timeout undoes this alone
+                    conn.execute(f"SET LOCAL lock_timeout = {int(STALLED_S * 1000)}")
+                    rows = conn.execute(sql, params).fetchall()
+                    conn.execute("SET LOCAL lock_timeout TO DEFAULT")
+                    return rows
+            except psycopg.errors.LockNotAvailable:
+                conn.execute(_END_STALLED, (STALLED_S,))
+        return conn.execute(sql, params).fetchall()
+
     def _connect(self) -> Connection:
         options: dict[str, Any] = {"autocommit": False}
         given = conninfo_to_dict(self._dsn)
@@ -571,6 +614,8 @@ class PostgresStore(SQLStore):
             options["connect_timeout"] = CONNECT_TIMEOUT_S
         if "application_name" not in given:
             options["application_name"] = "orchestra"
+        if "options" not in given:  # a frozen process's open transaction ends in time
+            options["options"] = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"
         try:
             return psycopg.connect(self._dsn, **options)
         except psycopg.Error as exc:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -45,6 +46,7 @@ from orchestra.distributed._worker import agent_of_reference
 SEED = int(os.environ.get("ORCHESTRA_CHAOS_SEED", "27"))
 TREES = 12
 SETTLE_S = 180.0
+WATCHDOG_S = 240.0
 KINDS = {
     "idempotent": "tests.distributed.agents:chaos_idempotent_tree",
     "plain": "tests.distributed.agents:chaos_plain_tree",
@@ -152,6 +154,14 @@ class Chaos:
         ]
 
 
+def _kill_all(pool: Workers, fired: threading.Event) -> None:
+    fired.set()
+    for proc in pool.procs.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+
+
 def _retry(call: Callable[[], Any]) -> Any:
     deadline = time.monotonic() + 60
     while True:
@@ -193,6 +203,12 @@ def test_chaos_keeps_exactly_once_budgets_and_cancel(
     journal = tmp_path / "journal"
     env = {"ORCHESTRA_TEST_JOURNAL": str(journal), "ORCHESTRA_TEST_SANDBOX": str(sandbox)}
     with workers(pg_url, tmp_path, 3, env, concurrency=6) as pool, Cluster(pg_url) as cluster:
+        # a hang (a lock held by a frozen worker, say) fails the test instead of
+        # holding CI: every worker is woken and killed, which frees what they held
+        fired = threading.Event()
+        watchdog = threading.Timer(WATCHDOG_S, _kill_all, (pool, fired))
+        watchdog.daemon = True
+        watchdog.start()
         chaos = Chaos(pool, cluster, pg_state, journal)
         faults = [chaos.kill, chaos.kill, chaos.freeze, chaos.freeze, chaos.restart_database]
         chaos.rng.shuffle(faults)
@@ -213,6 +229,8 @@ def test_chaos_keeps_exactly_once_budgets_and_cancel(
         trees = {root: cluster.store.tree(root) for root in roots}
         spend = {root: ledger_rows(cluster, root) for root in roots}
         logs = {name: pool.log(name) for name in pool.procs}
+        watchdog.cancel()
+    assert not fired.is_set(), f"hung: the workers were killed after {WATCHDOG_S:.0f} s"
     lines = _journal(journal)
     print(_summary(chaos, trees, lines, logs))  # what the run did, in the log
     _check(chaos, trees, spend, lines, logs)

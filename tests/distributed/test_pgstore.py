@@ -926,3 +926,25 @@ def test_claim_waits_for_a_stop_in_progress_and_then_finds_the_run_stopped(
     claimer.join(timeout=30)
     assert result == [None]
     assert store.load("root").status is Status.INTERRUPTED
+
+
+def test_a_stop_does_not_wait_for_a_frozen_holders_locks(pg_url: str) -> None:
+    """A worker frozen inside a transaction keeps its row locks; a cancel's stop in
+    the database ends that stalled session (its transaction rolls back) instead
+    of waiting for it, and the frozen writer's work is not committed."""
+    with PostgresStore(pg_url) as frozen, PostgresStore(pg_url) as canceller:
+        frozen.save(make_state("root"))
+        claimed = frozen.claim("root", "w1")
+        assert claimed is not None
+        opened = frozen.transaction()
+        conn = opened.__enter__()  # a transaction the worker froze in
+        frozen.save(make_state("root", content="uncommitted"), fence=claimed[1])
+        began = time.monotonic()
+        assert canceller.stop_running("root", "stop") == ["root"]
+        assert time.monotonic() - began < 1.5
+        assert canceller.load("root").messages[0]["content"] == "hi"
+        with pytest.raises(StoreError):  # the frozen session was ended
+            opened.__exit__(None, None, None)
+        assert conn.closed or conn.broken
+        with pytest.raises(LeaseLost):  # and it is fenced out on waking
+            frozen.save(make_state("root", content="late"), fence=claimed[1])
