@@ -1,12 +1,22 @@
-"""Letting a cancellation leave our API as ``trio.Cancelled``.
+"""What leaves our API when a tree stops abnormally: one exception, not a group.
 
-Inside a run, cancellation crosses nurseries (the watcher beside the root,
-the concurrent tool calls of a fan-out), and trio's strict exception groups
-wrap the ``Cancelled`` of every task in a ``BaseExceptionGroup``. Trio's own
-cancel scopes see through such groups, but a caller of :meth:`Runner.run`
-cancelled from outside should see what any trio primitive raises: a plain
-``trio.Cancelled``. Nothing is swallowed here: a group made only of
-``Cancelled`` leaves as its first one; any other group leaves unchanged.
+Inside a run, errors and cancellation cross nurseries (the watcher beside the
+root, the concurrent tool calls of a fan-out, the children of a tree), and
+trio's strict exception groups wrap them. A caller of :meth:`Runner.run`
+should see what any trio primitive raises: a plain ``trio.Cancelled`` when it
+was cancelled, and the error itself (``StoreError``, ``LeaseLost``...) when
+one failed the tree. So, on the way out (:func:`unwrapped`):
+
+- a group of nothing but ``trio.Cancelled`` leaves as its first one;
+- a group whose other leaves are all of one type (the same disk full, met by
+  several runs of the tree) leaves as its first such leaf, the others counted
+  in a note;
+- any other group (several kinds of failure) leaves unchanged.
+
+Nothing is swallowed, and ``Cancelled`` is never wrapped: a group that mixes
+``Cancelled`` with errors leaves as the error (the ``Cancelled`` were the
+tree stopping because of it). The group's notes (a cleanup that failed too,
+say) go with the leaf that leaves.
 """
 
 from __future__ import annotations
@@ -16,21 +26,39 @@ from collections.abc import Iterator
 
 import trio
 
-__all__ = ["cancelled_unwrapped"]
+__all__ = ["unwrapped"]
 
 
-def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    first = group.exceptions[0]
-    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    found: list[BaseException] = []
+    for exc in group.exceptions:
+        found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return found
+
+
+def _single(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The one exception that stands for ``group``, or None if it holds several kinds."""
+    leaves = _leaves(group)
+    errors = [leaf for leaf in leaves if not isinstance(leaf, trio.Cancelled)]
+    if not errors:
+        return leaves[0]
+    first = errors[0]
+    if any(type(other) is not type(first) for other in errors[1:]):
+        return None
+    if len(errors) > 1:
+        first.add_note(f"({len(errors) - 1} more runs of the tree met the same error)")
+    for note in getattr(group, "__notes__", ()):
+        first.add_note(note)
+    return first
 
 
 @contextlib.contextmanager
-def cancelled_unwrapped() -> Iterator[None]:
-    """Re-raise a group of nothing but ``trio.Cancelled`` as one ``trio.Cancelled``."""
+def unwrapped() -> Iterator[None]:
+    """Re-raise a group that stands for one exception as that exception (see the module)."""
     try:
         yield
     except BaseExceptionGroup as group:
-        _, rest = group.split(trio.Cancelled)
-        if rest is not None:
+        single = _single(group)
+        if single is None:
             raise
-        raise _first_leaf(group) from None
+        raise single from None

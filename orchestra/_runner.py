@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
@@ -31,7 +32,7 @@ import trio
 
 from ._agent import Agent
 from ._approval import approve, reject
-from ._cancelled import cancelled_unwrapped
+from ._cancelled import unwrapped
 from ._events import Event, EventSink, event_record
 from ._exceptions import LeaseError, LeaseLost, StateError
 from ._execute import execute, load_live, new_state, reopen, result_of, spawn_child
@@ -61,6 +62,7 @@ class RunHandle:
     _runner: Runner = attrs.field(alias="runner")
     _done: trio.Event = attrs.Factory(trio.Event)
     _result: RunResult | None = None
+    _error: Exception | None = None
 
     def cancel(self, reason: str = "cancelled") -> None:
         """Stop the run and its whole subtree; each ends ``interrupted`` with ``reason``.
@@ -78,8 +80,16 @@ class RunHandle:
         return self._done.is_set()
 
     async def wait(self) -> RunResult:
-        """Wait until the run stops; its result."""
+        """Wait until the run stops; its result.
+
+        Raises:
+            StoreError: the store failed the tree (the error itself, never a
+                group; the nursery the run was started in gets it too).
+            LeaseLost: this process lost the tree to another.
+        """
         await self._done.wait()
+        if self._error is not None:
+            raise self._error
         assert self._result is not None
         return self._result
 
@@ -271,7 +281,7 @@ class Runner:
         """
         limits = (limits or agent.limits).anchored(self.now())
         state = new_state(agent, task, limits, run_id=run_id, metadata=metadata)
-        with cancelled_unwrapped():
+        with unwrapped():
             return await self._root(LiveRun(state=state, agent=agent, runner=self))
 
     async def start(
@@ -298,7 +308,11 @@ class Runner:
 
     async def _run_for(self, handle: RunHandle, live: LiveRun) -> None:
         try:
-            handle._result = await self._root(live)
+            with unwrapped():
+                handle._result = await self._root(live)
+        except Exception as exc:  # for wait() too; the nursery gets it as well
+            handle._error = exc
+            raise
         finally:
             handle._result = handle._result or result_of(live)
             handle._done.set()
@@ -327,7 +341,7 @@ class Runner:
         if live.state.parent_id is not None:
             raise StateError(f"run {run_id} is a child run; resume its root {live.state.root_id}")
         reopen(live, limits, note)
-        with cancelled_unwrapped():
+        with unwrapped():
             return await self._root(live)
 
     def approve(self, run_id: str, call_id: str | None = None) -> Interruption:
@@ -370,11 +384,34 @@ class Runner:
                 await execute(live)
                 nursery.cancel_scope.cancel()
         finally:
-            self._save_stopped(root_id)
-            self._let_go(root_id)
+            self._stop_tree(root_id)
         if root_id in self._lost:
             raise LeaseLost(self._lost.pop(root_id))
         return result_of(live)
+
+    def _stop_tree(self, root_id: str) -> None:
+        """Save a cancelled tree's runs and let the tree go; called in a ``finally``.
+
+        If that fails while another exception is on its way out, the original
+        goes on, with the failure attached as a note (never hiding it); if it
+        fails after a run that ended normally, its failure is raised.
+        """
+        pending = sys.exception()
+        failures: list[Exception] = []
+        for step in (self._save_stopped, self._let_go):
+            try:
+                step(root_id)
+            except Exception as failure:  # the other step still runs
+                failures.append(failure)
+        if not failures:
+            return
+        if pending is None:
+            first, *rest = failures
+            for later in rest:
+                first.add_note(f"and then letting the tree go failed too: {later!r}")
+            raise first
+        for later in failures:
+            pending.add_note(f"and then stopping the tree failed too: {later!r}")
 
     def _let_go(self, root_id: str) -> None:
         """Release the tree: its lease (if still ours) and cancel requests nobody applied."""

@@ -141,14 +141,13 @@ def _tree_agent(ledger: list[str]) -> Agent:
 def test_a_child_running_at_a_crash_is_reattached_not_run_again() -> None:
     store, ledger = DyingStore(), []
     first = TreeModel(store, crash=True)
-    with pytest.raises(BaseExceptionGroup) as raised:
+    with pytest.raises(Crash):  # the crash itself, not a group (see orchestra/_cancelled.py)
         trio.run(
             _run_root,
             Runner(provider=first, store=store),
             _tree_agent(ledger),
             clock=trio.testing.MockClock(autojump_threshold=0),
         )
-    assert raised.group_contains(Crash)
     assert ledger == ["a"] and ("a", 1) in first.requests
 
     store.dead = False
@@ -186,14 +185,13 @@ def test_a_child_answer_not_yet_saved_with_its_parent_is_not_paid_again() -> Non
     holds it): after a crash, the finished child's call gets that answer back."""
     store = DyingStore()
     first = AnswerThenCrash(store, crash=True)
-    with pytest.raises(BaseExceptionGroup) as raised:
+    with pytest.raises(Crash):
         trio.run(
             _run_root,
             Runner(provider=first, store=store),
             _tree_agent([]),
             clock=trio.testing.MockClock(autojump_threshold=0),
         )
-    assert raised.group_contains(Crash)
     assert ("a", 0) in first.requests
     assert "w1" not in store.load("root").results  # the parent was not saved with a's answer
 
@@ -267,9 +265,8 @@ def _step(store: DyingStore, agent: Agent, *, first: bool = False) -> Any:
 
 
 def _crashing_step(store: DyingStore, agent: Agent, *, first: bool = False) -> None:
-    with pytest.raises(BaseExceptionGroup) as raised:
+    with pytest.raises(Crash):
         _process(store, agent, first=first)()
-    assert raised.group_contains(Crash)
 
 
 @pytest.mark.parametrize("gated", [True, False], ids=["approval-gated", "plain"])
