@@ -16,10 +16,11 @@ the stop itself, so no request is left armed to stop a later resume.
 
 from __future__ import annotations
 
+import functools
+
 from ._exceptions import StateError
 from ._state import Approval, Interruption, InterruptionKind, RunState, Status
-from ._stores.contract import DurableStore
-from ._stores.memory import Store
+from ._stores.contract import DurableStore, Store
 
 __all__ = ["approve", "cancel_unowned", "reject", "waiting_call"]
 
@@ -46,54 +47,93 @@ def waiting_call(store: Store, run_id: str, call_id: str | None = None) -> Inter
 def approve(store: Store, run_id: str, call_id: str | None = None) -> Interruption:
     """Approve the waiting call (bound to its id and its exact arguments).
 
-    Approving a call already approved changes nothing.
+    Compare-and-swap: the run holding the call is checked and changed in one
+    transaction of the store; it must still wait on the very question read
+    here (same kind, call and arguments). Approving a call already approved
+    writes nothing.
 
     Raises:
-        StateError: the run waits for no approval, or the call was rejected
+        StateError: the run waits for no approval (any more: it went on, or
+            finished, or now asks something else), or the call was rejected
             already (a decision is never silently replaced).
     """
-    waiting, holder, approval = _deciding(store, run_id, call_id, "approve")
-    if approval not in holder.approvals:
-        holder.approvals.append(approval)
-    store.save(holder)
-    return waiting
+    return _decide(store, run_id, call_id, "approve", "")
 
 
 def reject(store: Store, run_id: str, call_id: str | None = None, reason: str = "") -> Interruption:
     """Reject the waiting call; ``reason`` becomes its tool result (a default if empty).
 
-    Rejecting a call already rejected for the same reason changes nothing.
+    Compare-and-swap, as :func:`approve`. Rejecting a call already rejected
+    for the same reason writes nothing.
 
     Raises:
-        StateError: the run waits for no approval, or the call was approved
-            already, or rejected for another reason.
+        StateError: the run waits for no decision (any more), or the call was
+            approved already, or rejected for another reason.
     """
-    reason = reason.strip()
-    waiting, holder, approval = _deciding(store, run_id, call_id, "reject", reason)
-    holder.rejections[approval.call_id] = reason
-    store.save(holder)
+    return _decide(store, run_id, call_id, "reject", reason.strip())
+
+
+def _decide(
+    store: Store, run_id: str, call_id: str | None, decision: str, reason: str
+) -> Interruption:
+    """Record ``decision`` on the call ``run_id``'s tree waits on; that interruption."""
+    waiting = waiting_call(store, run_id, call_id)
+    assert waiting.call_id is not None
+    approval = Approval(call_id=waiting.call_id, arguments=waiting.arguments or {})
+    decide = functools.partial(_decided, waiting, approval, decision, reason)
+    store.update(waiting.run_id or run_id, decide)
     return waiting
 
 
-def _deciding(
-    store: Store, run_id: str, call_id: str | None, decision: str, reason: str = ""
-) -> tuple[Interruption, RunState, Approval]:
-    """The waiting call, the state of the run holding it and the approval it would get.
+def _decided(
+    seen: Interruption, approval: Approval, decision: str, reason: str, holder: RunState
+) -> RunState | None:
+    """``holder`` with the decision recorded, or None if it is recorded already.
 
     Approvals of the call for other arguments (they approve nothing) are dropped.
 
     Raises:
-        StateError: nothing waits, or the call was decided otherwise already.
+        StateError: the decision would replace another, or ``holder`` no longer
+            waits on the question ``seen`` asked (nothing is written).
     """
-    waiting = waiting_call(store, run_id, call_id)
-    holder = store.load(waiting.run_id or run_id)
-    assert waiting.call_id is not None
-    approval = Approval(call_id=waiting.call_id, arguments=waiting.arguments or {})
     holder.approvals = [
         a for a in holder.approvals if a.call_id != approval.call_id or a == approval
     ]
     _refuse_second_decision(holder, approval.call_id, decision, reason)
-    return waiting, holder, approval
+    if decision == "approve" and approval in holder.approvals:
+        return None  # a repeated decision writes nothing
+    if decision == "reject" and holder.rejections.get(approval.call_id) == reason:
+        return None
+    _refuse_another_question(holder, seen)
+    if decision == "approve":
+        holder.approvals.append(approval)
+    else:
+        holder.rejections[approval.call_id] = reason
+    return holder
+
+
+def _refuse_another_question(holder: RunState, seen: Interruption) -> None:
+    """Raise unless ``holder`` still waits for a human on the question ``seen`` asked.
+
+    Raises:
+        StateError: naming what the run does now.
+    """
+    now = holder.interruption
+    if (
+        holder.status is Status.INTERRUPTED
+        and now is not None
+        and now.kind is seen.kind
+        and now.call_id == seen.call_id
+        and now.arguments == seen.arguments
+    ):
+        return
+    doing = holder.status.value
+    if holder.status is Status.INTERRUPTED and now is not None:
+        doing = f"interrupted ({now.kind.value}, call {now.call_id})"
+    raise StateError(
+        f"run {holder.run_id} is {doing} now, no longer waiting for a decision on call "
+        f"{seen.call_id} ({seen.kind.value}); nothing was written"
+    )
 
 
 def _refuse_second_decision(holder: RunState, call_id: str, decision: str, reason: str) -> None:

@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
-from orchestra import Agent, Event, Limits, OpenAIProvider, Runner, ToolPolicy
+from orchestra import (
+    Agent,
+    Event,
+    Limits,
+    MemoryStore,
+    OpenAIProvider,
+    Runner,
+    SQLiteStore,
+    ToolPolicy,
+)
 from orchestra._cli.demo import demo_agent, demo_task
+from orchestra._stores.contract import DurableStore, Store
 from orchestra.testing import ScriptedTransport, make_sandbox
 
 
@@ -93,3 +106,55 @@ def server_url() -> Iterator[str]:
         server.wait()
         drain.join()
         server.stderr.close()
+
+
+# -- every kind of store (the contract tests, the decisions) ----------------------------
+
+STORE_KINDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture
+def pg_database() -> Iterator[str]:
+    """A database of its own on ``$ORCHESTRA_PG_URL``'s server (skips without one)."""
+    server = os.environ.get("ORCHESTRA_PG_URL")
+    if not server:
+        pytest.skip("no ORCHESTRA_PG_URL: the PostgreSQL store is checked in CI")
+    psycopg = pytest.importorskip("psycopg")
+    name = f"orchestra_contract_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlsplit(server)._replace(path=f"/{name}").geturl()
+    finally:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def open_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """A fresh store of ``kind`` (``postgres``: on a database of its own)."""
+    if kind == "memory":
+        return MemoryStore()
+    if kind == "sqlite":
+        return SQLiteStore(tmp_path / "runs.db")
+    from orchestra.distributed import PostgresStore
+
+    return PostgresStore(request.getfixturevalue("pg_database"))
+
+
+@pytest.fixture(params=STORE_KINDS)
+def each_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    opened = open_store(request.param, request, tmp_path)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture(params=STORE_KINDS[1:])
+def each_durable(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DurableStore]:
+    opened = open_store(request.param, request, tmp_path)
+    assert opened.inbox is opened and opened.leases is opened
+    try:
+        yield opened  # type: ignore[misc]  # checked above: it offers both
+    finally:
+        opened.close()

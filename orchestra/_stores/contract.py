@@ -18,7 +18,7 @@ the same behaviour.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from .._state import RunState
@@ -116,6 +116,13 @@ class Store(Protocol):
 
     def load(self, run_id: str) -> RunState:
         """The last saved state. Raises ``RunNotFound``."""
+        ...
+
+    def update(self, run_id: str, change: Callable[[RunState], RunState | None]) -> RunState:
+        """Compare-and-swap: read the saved state and save ``change``'s version of it
+        in one transaction that no other writer of the run interleaves with
+        (``change`` returning None writes nothing; what it raises writes
+        nothing). The state saved, or read. Raises ``RunNotFound``."""
         ...
 
     def tree(self, root_id: str) -> list[RunState]:

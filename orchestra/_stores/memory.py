@@ -8,7 +8,7 @@ reach it. Transcripts are appended rather than rewritten (see
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import orjson
@@ -74,6 +74,16 @@ class MemoryStore:
             self._heads[state.run_id] = row[7]  # the head, as the SQL stores keep it
             self._saved.written(state)
         self._events.extend(events)
+
+    def update(self, run_id: str, change: Callable[[RunState], RunState | None]) -> RunState:
+        """Save ``change``'s version of the saved state of ``run_id`` (None: nothing
+        is written). Raises ``RunNotFound``."""
+        state = self.load(run_id)
+        changed = change(state)
+        if changed is None:
+            return state
+        self.save(changed)
+        return changed
 
     def load(self, run_id: str) -> RunState:
         try:

@@ -168,6 +168,14 @@ class SQLStore:
             self.close()
             raise
 
+    def _states_in(self, conn: Any, where: str, *params: object) -> list[RunState]:
+        """:meth:`_states`, read in ``conn``'s open transaction."""
+        raise NotImplementedError
+
+    def _lock_run(self, conn: Any, run_id: str) -> None:
+        """Hold the run's row until the transaction ends (nothing to do where a
+        write transaction already holds the whole database)."""
+
     def _lock_lease(self, conn: Connection, root_id: str) -> None:
         """Serialise the takings of one tree's lease (nothing to do where a write
         transaction already holds the whole database)."""
@@ -209,22 +217,53 @@ class SQLStore:
             StateError: a state or an event cannot be stored as JSON.
         """
         event_rows = [shared.event_row(event) for event in events]
-        writes = [store_rows(self._saved, state) for state in states]
         doing = f"save run {states[0].run_id!r}" if len(states) == 1 else f"save {len(states)} runs"
         with self._write(doing) as conn:
             if fence is not None:
                 self._check_fence(conn, fence)
-            conn.cursor().executemany(self.SQL_UPSERT_RUN, [row for row, _, _ in writes])
-            # a whole transcript replaces whatever is stored (dropped before any insert)
-            wholes = [(row[0], 0) for row, start, _ in writes if start == 0]
-            if wholes:
-                conn.cursor().executemany(self.SQL_DROP_MESSAGES, wholes)
-            message_rows = [row for _, _, rows in writes for row in rows]
-            if message_rows:
-                conn.cursor().executemany(self.SQL_INSERT_MESSAGE, message_rows)
-            if event_rows:
-                conn.cursor().executemany(self.SQL_INSERT_EVENT, event_rows)
-            self._on_commit(lambda: self._written(states))
+            self._write_states(conn, states, event_rows)
+
+    def update(self, run_id: str, change: Callable[[RunState], RunState | None]) -> RunState:
+        """Read the saved state of ``run_id`` and save ``change``'s version of it, in
+        one transaction holding the run's row against every other writer.
+
+        ``change`` gets the state as saved now and returns the state to save, or
+        None to write nothing; what it raises leaves everything as it was.
+        Returns the state saved (or read, if nothing was written).
+
+        Raises:
+            RunNotFound: no run with this id.
+        """
+        with self._write(f"update run {run_id!r}") as conn:
+            self._lock_run(conn, run_id)
+            found = self._states_in(conn, "r.run_id = ?", run_id)
+            if not found:
+                raise RunNotFound(f"no run {run_id!r} in {self.shown}")
+            changed = change(found[0])
+            if changed is None:
+                return found[0]
+            self._write_states(conn, [changed], [])
+        return changed
+
+    def _write_states(
+        self,
+        conn: Connection,
+        states: Sequence[RunState],
+        event_rows: Sequence[tuple[str, str, str, float, str]],
+    ) -> None:
+        """Write ``states`` (their transcripts appended) and events in ``conn``'s transaction."""
+        writes = [store_rows(self._saved, state) for state in states]
+        conn.cursor().executemany(self.SQL_UPSERT_RUN, [row for row, _, _ in writes])
+        # a whole transcript replaces whatever is stored (dropped before any insert)
+        wholes = [(row[0], 0) for row, start, _ in writes if start == 0]
+        if wholes:
+            conn.cursor().executemany(self.SQL_DROP_MESSAGES, wholes)
+        message_rows = [row for _, _, rows in writes for row in rows]
+        if message_rows:
+            conn.cursor().executemany(self.SQL_INSERT_MESSAGE, message_rows)
+        if event_rows:
+            conn.cursor().executemany(self.SQL_INSERT_EVENT, event_rows)
+        self._on_commit(lambda: self._written(states))
 
     def _written(self, states: Iterable[RunState]) -> None:
         for state in states:

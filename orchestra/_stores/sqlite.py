@@ -231,12 +231,16 @@ class SQLiteStore(SQLStore):
             conn = self._connection()
             conn.execute("BEGIN")
             try:
-                heads = conn.execute(
-                    f"SELECT r.run_id, r.state, r.messages FROM runs r WHERE {where}", params
-                ).fetchall()
-                transcripts = _transcripts(conn, heads)
+                return self._states_in(conn, where, *params)
             finally:
                 conn.execute("COMMIT")
+
+    def _states_in(self, conn: Any, where: str, *params: object) -> list[RunState]:
+        """:meth:`_states`, read in ``conn``'s open transaction."""
+        heads = conn.execute(
+            f"SELECT r.run_id, r.state, r.messages FROM runs r WHERE {where}", params
+        ).fetchall()
+        transcripts = _transcripts(conn, heads)
         return [joined(head, transcripts.get(run_id, [])) for run_id, head, _ in heads]
 
 

@@ -259,6 +259,13 @@ class PostgresStore(SQLStore):
 
         return self._reading(read)
 
+    def _states_in(self, conn: Any, where: str, *params: object) -> list[RunState]:
+        """:meth:`_states`, read in ``conn``'s open transaction."""
+        return _select_states(conn, where.replace("?", "%s"), params)
+
+    def _lock_run(self, conn: Any, run_id: str) -> None:
+        conn.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", (run_id,))
+
     def _reading(self, read: Callable[[], _R]) -> _R:
         """``read()``, once more on a fresh connection if the server dropped this
         thread's (after a restart, say): a read changes nothing, so it is safe."""

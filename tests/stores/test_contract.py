@@ -9,21 +9,13 @@ fence it never granted.
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
-from urllib.parse import urlsplit
-
 import pytest
 
-from orchestra import LeaseError, LeaseLost, MemoryStore, RunNotFound, SQLiteStore
+from orchestra import LeaseError, LeaseLost, MemoryStore, RunNotFound
 from orchestra._exceptions import ConfigError, StateError
 from orchestra._state import RunState, Status
 from orchestra._stores.contract import DurableStore, Store
 from orchestra._stores.fence import Fence
-
-KINDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 def make_state(
@@ -46,49 +38,13 @@ def event(run_id: str, root_id: str, type_: str) -> dict[str, object]:
 
 
 @pytest.fixture
-def pg_database() -> Iterator[str]:
-    """A database of its own on ``$ORCHESTRA_PG_URL``'s server (skips without one)."""
-    server = os.environ.get("ORCHESTRA_PG_URL")
-    if not server:
-        pytest.skip("no ORCHESTRA_PG_URL: the PostgreSQL store is checked in CI")
-    psycopg = pytest.importorskip("psycopg")
-    name = f"orchestra_contract_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield urlsplit(server)._replace(path=f"/{name}").geturl()
-    finally:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def store(each_store: Store) -> Store:
+    return each_store
 
 
-def _open(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    if kind == "memory":
-        return MemoryStore()
-    if kind == "sqlite":
-        return SQLiteStore(tmp_path / "runs.db")
-    from orchestra.distributed import PostgresStore
-
-    return PostgresStore(request.getfixturevalue("pg_database"))
-
-
-@pytest.fixture(params=KINDS)
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    opened = _open(request.param, request, tmp_path)
-    try:
-        yield opened
-    finally:
-        opened.close()
-
-
-@pytest.fixture(params=KINDS[1:])
-def durable(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DurableStore]:
-    opened = _open(request.param, request, tmp_path)
-    assert opened.inbox is opened and opened.leases is opened
-    try:
-        yield opened  # type: ignore[misc]  # checked above: it offers both
-    finally:
-        opened.close()
+@pytest.fixture
+def durable(each_durable: DurableStore) -> DurableStore:
+    return each_durable
 
 
 # -- every store ----------------------------------------------------------------------
