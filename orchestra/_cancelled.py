@@ -8,20 +8,23 @@ was cancelled, and the error itself (``StoreError``, ``LeaseLost``...) when
 one failed the tree. So, on the way out (:func:`unwrapped`):
 
 - a group of nothing but ``trio.Cancelled`` leaves as its first one;
-- a group whose other leaves are all of one type (the same disk full, met by
-  several runs of the tree) leaves as its first such leaf, the others counted
-  in a note;
-- any other group (several kinds of failure) leaves unchanged.
+- a group whose errors are all of one type (the same full disk, met by
+  several runs of the tree) leaves as its first error, each other one
+  described in a note on it (runs that met the same message are counted);
+- a group of several types of error stays a group: an ``ExceptionGroup`` of
+  those errors alone (never reduced to one of them).
 
 Nothing is swallowed, and ``Cancelled`` is never wrapped: a group that mixes
-``Cancelled`` with errors leaves as the error (the ``Cancelled`` were the
-tree stopping because of it). The group's notes (a cleanup that failed too,
-say) go with the leaf that leaves.
+``Cancelled`` with errors leaves as its error(s), the ``Cancelled`` dropped
+(they were the tree stopping because of the error; a scope cancelled from
+outside still raises ``Cancelled`` at the caller's next checkpoint). The
+group's notes (a cleanup that failed too, say) go with what leaves.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import Iterator
 
 import trio
@@ -36,17 +39,29 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     return found
 
 
-def _single(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
-    """The one exception that stands for ``group``, or None if it holds several kinds."""
+def _describe_others(first: BaseException, others: list[BaseException]) -> None:
+    """Note on ``first`` every other error of its group: none is dropped unsaid."""
+    for text, count in Counter(repr(other) for other in others).items():
+        if text == repr(first):
+            first.add_note(f"({count} more run(s) of the tree met the same error)")
+        else:
+            first.add_note(f"and {count} more run(s) of the tree failed with {text}")
+
+
+def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """What leaves for ``group``: one exception, or the group of its errors (see the module)."""
     leaves = _leaves(group)
     errors = [leaf for leaf in leaves if not isinstance(leaf, trio.Cancelled)]
     if not errors:
         return leaves[0]
-    first = errors[0]
-    if any(type(other) is not type(first) for other in errors[1:]):
-        return None
-    if len(errors) > 1:
-        first.add_note(f"({len(errors) - 1} more runs of the tree met the same error)")
+    first, *others = errors
+    if any(type(other) is not type(first) for other in others):
+        if len(errors) == len(leaves):
+            return group
+        _, rest = group.split(trio.Cancelled)  # keeps the group's notes and nesting
+        assert rest is not None  # errors holds at least one leaf that is not Cancelled
+        return rest
+    _describe_others(first, others)
     for note in getattr(group, "__notes__", ()):
         first.add_note(note)
     return first
@@ -54,11 +69,16 @@ def _single(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
 
 @contextlib.contextmanager
 def unwrapped() -> Iterator[None]:
-    """Re-raise a group that stands for one exception as that exception (see the module)."""
+    """Re-raise a group as the one exception it stands for (see the module).
+
+    Not a checkpoint. Raises what the body raised: a plain exception
+    unchanged; a group as :func:`_single` makes it (``trio.Cancelled`` is
+    re-raised, never wrapped).
+    """
     try:
         yield
     except BaseExceptionGroup as group:
         single = _single(group)
-        if single is None:
+        if single is group:
             raise
         raise single from None

@@ -82,6 +82,9 @@ class RunHandle:
     async def wait(self) -> RunResult:
         """Wait until the run stops; its result.
 
+        A checkpoint; cancelling the waiter does not cancel the run (use
+        :meth:`cancel`). Errors leave as :meth:`Runner.run`'s do.
+
         Raises:
             StoreError: the store failed the tree (the error itself, never a
                 group; the nursery the run was started in gets it too).
@@ -277,7 +280,18 @@ class Runner:
 
         Never raises for a run's own failure: how it ended is in the result.
         Cancellation: if the caller's scope is cancelled, the tree records
-        ``interrupted`` and saves before ``Cancelled`` propagates.
+        ``interrupted`` and saves before ``Cancelled`` propagates (a plain
+        ``trio.Cancelled``, never a group).
+
+        Raises:
+            StoreError: the store failed the tree (the error itself, never a
+                group, however many runs met it; the others are notes on it).
+            LeaseLost: this process lost the tree to another.
+            ExceptionGroup: only for failures of several types at once (see
+                :mod:`orchestra._cancelled`).
+
+        If stopping the tree (saving it, letting its lease go) fails while an
+        error is on its way out, that error is raised, the failure a note on it.
         """
         limits = (limits or agent.limits).anchored(self.now())
         state = new_state(agent, task, limits, run_id=run_id, metadata=metadata)
@@ -307,6 +321,9 @@ class Runner:
         return handle
 
     async def _run_for(self, handle: RunHandle, live: LiveRun) -> None:
+        """Run a started root for ``handle``: :meth:`RunHandle.wait` gets its
+        result or the error that failed it (unwrapped as :meth:`run`'s), and so
+        does the nursery. A ``Cancelled`` is not kept: it only propagates."""
         try:
             with unwrapped():
                 handle._result = await self._root(live)
@@ -336,6 +353,9 @@ class Runner:
             StateError: the run is a child run, or its status cannot be resumed.
             LeaseError: another process is running it.
             LeaseLost: this process lost the lease while running it.
+            StoreError: the store failed the tree.
+
+        Errors leave as :meth:`run`'s do: the error itself, never a group of one.
         """
         live = load_live(self, run_id, agent, None)
         if live.state.parent_id is not None:

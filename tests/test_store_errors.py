@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from orchestra import Agent, LeaseLost, OpenAIProvider, Runner, SQLiteStore, StoreError
+from orchestra._cancelled import unwrapped
 from orchestra._cli.demo import demo_task
 from orchestra._runner import RunHandle
 from orchestra._state import RunState
@@ -121,3 +123,69 @@ async def test_lost_lease_is_raised_itself(
         await Runner(provider=provider, store=store).run(scenario_agent("research"), "go")
     assert type(caught.value) is LeaseLost
     store.close()
+
+
+async def test_a_failed_release_after_a_normal_end_is_raised(
+    provider: OpenAIProvider, scenario_agent: Callable[..., Agent], tmp_path: Path
+) -> None:
+    store = DiskFills(tmp_path / "runs.db", 1000, release_fails=True)
+    with pytest.raises(StoreError, match="disk I/O error") as caught:
+        await Runner(provider=provider, store=store).run(scenario_agent("research"), "go")
+    assert type(caught.value) is StoreError
+    store.close()
+
+
+# -- the unwrapping itself (orchestra._cancelled.unwrapped) -------------------------
+
+
+def _raise(exc: BaseException) -> None:
+    with unwrapped():
+        raise exc
+
+
+def test_errors_of_one_type_leave_as_the_first_each_other_in_a_note() -> None:
+    first, same, other = StoreError("disk full"), StoreError("disk full"), StoreError("I/O")
+    group = ExceptionGroup("tree", [first, ExceptionGroup("fan-out", [same, other])])
+    group.add_note("and then stopping the tree failed too: ...")
+    with pytest.raises(StoreError) as caught:
+        _raise(group)
+    assert caught.value is first
+    assert caught.value.__notes__ == [
+        "(1 more run(s) of the tree met the same error)",
+        "and 1 more run(s) of the tree failed with StoreError('I/O')",
+        "and then stopping the tree failed too: ...",
+    ]
+
+
+def test_errors_of_several_types_stay_a_group() -> None:
+    group = ExceptionGroup("tree", [StoreError("disk full"), LeaseLost("taken over")])
+    with pytest.raises(ExceptionGroup) as caught:
+        _raise(group)
+    assert caught.value is group
+
+
+async def _fail_when_cancelled(exc: Exception) -> None:
+    try:
+        await trio.sleep_forever()
+    finally:
+        raise exc
+
+
+async def _fan_out_failing_as_cancelled(scope: trio.CancelScope) -> None:
+    """Three tasks cancelled by ``scope``: one stops, two fail (two kinds of error)."""
+    with unwrapped():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.sleep_forever)
+            nursery.start_soon(_fail_when_cancelled, StoreError("disk full"))
+            nursery.start_soon(_fail_when_cancelled, LeaseLost("taken over"))
+            await trio.testing.wait_all_tasks_blocked()
+            scope.cancel()
+
+
+async def test_cancelled_beside_errors_of_several_types_leaves_a_group_of_the_errors() -> None:
+    """Such a group stays a group, but an ``ExceptionGroup``: ``except Exception``
+    (as :meth:`RunHandle.wait`'s bookkeeping does) sees it, and no ``Cancelled`` hides in it."""
+    with trio.CancelScope() as scope, pytest.raises(ExceptionGroup) as caught:
+        await _fan_out_failing_as_cancelled(scope)
+    assert caught.value.split(trio.Cancelled)[0] is None
+    assert sorted(type(e).__name__ for e in caught.value.exceptions) == ["LeaseLost", "StoreError"]
