@@ -16,6 +16,7 @@ import sys
 import traceback
 import uuid
 from collections.abc import Callable
+from typing import Protocol
 
 import attrs
 import trio
@@ -29,6 +30,8 @@ from ._run import ChildWaiting, Exit, Host, LiveRun
 from ._state import Interruption, InterruptionKind, LimitRaise, Limits, RunState, Status, Usage
 
 __all__ = [
+    "IN_PROCESS",
+    "Children",
     "child_answer",
     "execute",
     "new_run_id",
@@ -129,6 +132,61 @@ def result_of(run: LiveRun) -> RunResult:
     return RunResult(state=run.state, children=tuple(result_of(c) for c in run.children))
 
 
+class Children(Protocol):
+    """Where a host's child runs execute: what :func:`spawn_child` leaves to it.
+
+    In this process (:data:`IN_PROCESS`, the default) or queued to workers
+    (:class:`~orchestra.distributed._host.OnWorkers`); either way a child is
+    bound to its parent's call by the one path in :func:`spawn_child`.
+    """
+
+    async def carve(self, parent: LiveRun, ask: Limits) -> Limits | str:
+        """The child's limits carved from what ``parent`` has left, or why not."""
+        ...
+
+    async def reattach(self, parent: LiveRun, child_id: str, agent: Agent) -> LiveRun | None:
+        """The saved child bound to a call of ``parent``; None if it was never saved."""
+        ...
+
+    async def open(self, parent: LiveRun, child: LiveRun, *, bind: bool) -> None:
+        """Make a new ``child`` durable; with ``bind``, bind it to its call first
+        (saved with the parent before the child exists) and count it."""
+        ...
+
+    async def run(self, child: LiveRun) -> None:
+        """Run ``child`` to its end if it is going on or interrupted (``child.state``
+        is then its end); a finished one is left as it is."""
+        ...
+
+
+class _InProcess:
+    """Children executing inside their parent's tool call, in this process."""
+
+    async def carve(self, parent: LiveRun, ask: Limits) -> Limits | str:
+        return carve(parent, ask, parent.runner.now())
+
+    async def reattach(self, parent: LiveRun, child_id: str, agent: Agent) -> LiveRun | None:
+        try:
+            return load_live(parent.runner, child_id, agent, parent)
+        except RunNotFound:
+            return None
+
+    async def open(self, parent: LiveRun, child: LiveRun, *, bind: bool) -> None:
+        if bind:
+            parent.state.children[child.state.parent_call_id or ""] = child.state.run_id
+            parent.charge(Usage(child_runs=1))
+            parent.checkpoint()
+
+    async def run(self, child: LiveRun) -> None:
+        if child.state.status in (Status.RUNNING, Status.INTERRUPTED):
+            reopen(child, None, "")
+            await execute(child)
+
+
+IN_PROCESS: Children = _InProcess()
+"""Children run inside their parent's call, in this process (embedded)."""
+
+
 async def spawn_child(
     runner: Host,
     parent: LiveRun,
@@ -137,58 +195,34 @@ async def spawn_child(
     task: str,
     *,
     limits: Limits | None = None,
+    where: Children = IN_PROCESS,
 ) -> str:
     """Run ``agent`` as a child of ``parent`` for call ``call_id``; its answer as text.
 
-    The binding (call id → child run id) is saved with the parent *before* the
-    child's first step. So if this call already has a child (the parent was
-    resumed, maybe after a crash), that child is re-attached: resumed if it
-    was still going or interrupted, and otherwise its saved outcome is
-    returned. A call never gets a second child, and the child keeps its id,
-    its spend and its idempotency keys.
+    The one way a child starts, embedded or on workers (``where``). The binding
+    (call id → child run id) is saved with the parent *before* the child's
+    first step. So if this call already has a child (the parent was resumed,
+    maybe after a crash), that child is re-attached: resumed if it was still
+    going or interrupted, and otherwise its saved outcome is returned. A call
+    never gets a second child, and the child keeps its id, its spend and its
+    idempotency keys. A child bound but never saved (its process died in
+    between) is made again under its bound id (with no limits left if its
+    parent has none to carve).
     """
-    if call_id in parent.state.children:
-        child = _reattach(runner, parent, call_id, agent, task, limits)
-    else:
-        carved = carve(parent, limits or agent.limits, runner.now())
+    child_id = parent.state.children.get(call_id)
+    child = None if child_id is None else await where.reattach(parent, child_id, agent)
+    if child is None:
+        carved = await where.carve(parent, limits or agent.limits)
         if isinstance(carved, str):
-            return f"{agent.name} was not started: {carved}."
-        child = _bind(parent, new_state(agent, task, carved, parent, call_id), agent)
+            if child_id is None:
+                return f"{agent.name} was not started: {carved}."
+            carved = Limits(max_turns=0, max_budget_usd=0.0)  # bound already: ends at once
+        state = new_state(agent, task, carved, parent, call_id, child_id)
+        child = LiveRun(state=state, agent=agent, runner=runner, parent=parent)
+        await where.open(parent, child, bind=child_id is None)
     parent.children.append(child)
-    if child.state.status in (Status.RUNNING, Status.INTERRUPTED):
-        reopen(child, None, "")
-        await execute(child)
+    await where.run(child)
     return child_answer(child)
-
-
-def _bind(parent: LiveRun, state: RunState, agent: Agent) -> LiveRun:
-    """A new child of ``parent``, bound to its call durably before it starts."""
-    assert state.parent_call_id is not None
-    parent.state.children[state.parent_call_id] = state.run_id
-    parent.charge(Usage(child_runs=1))
-    parent.checkpoint()
-    return LiveRun(state=state, agent=agent, runner=parent.runner, parent=parent)
-
-
-def _reattach(
-    runner: Host,
-    parent: LiveRun,
-    call_id: str,
-    agent: Agent,
-    task: str,
-    limits: Limits | None,
-) -> LiveRun:
-    """The child already bound to ``call_id``; created under its bound id if the
-    process died between saving the binding and the child's first save."""
-    child_id = parent.state.children[call_id]
-    try:
-        return load_live(runner, child_id, agent, parent)
-    except RunNotFound:
-        pass
-    carved = carve(parent, limits or agent.limits, runner.now())
-    carved = carved if isinstance(carved, Limits) else Limits(max_turns=0, max_budget_usd=0.0)
-    state = new_state(agent, task, carved, parent, call_id, child_id)
-    return LiveRun(state=state, agent=agent, runner=runner, parent=parent)
 
 
 def child_answer(child: LiveRun) -> str:

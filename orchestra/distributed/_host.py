@@ -23,7 +23,7 @@ import trio
 from .._agent import Agent
 from .._budget import carve
 from .._exceptions import LeaseLost, RunNotFound, StoreUnreachable
-from .._execute import child_answer, new_state, reopen_state
+from .._execute import reopen_state, spawn_child
 from .._run import LiveRun
 from .._runner import Runner
 from .._state import Limits, RunState, Status, Usage
@@ -109,42 +109,11 @@ class WorkerRunner(Runner):
         *,
         limits: Limits | None = None,
     ) -> str:
-        """Bind, carve, queue and await a child run of ``parent``; its answer."""
-        state = await self._bound_child(parent, call_id, agent, task, limits)
-        if isinstance(state, str):
-            return state
-        if state.status is Status.INTERRUPTED and state.status.resumable:
-            state = await self._reopened(state)
-        if state.status is Status.RUNNING:
-            await self.queue.enqueue(state.run_id)
-            state = await self._outcome(state.run_id)
-        await self._ledger.refresh(parent)
-        return child_answer(LiveRun(state=state, agent=agent, runner=self, parent=parent))
-
-    async def _bound_child(
-        self, parent: LiveRun, call_id: str, agent: Agent, task: str, limits: Limits | None
-    ) -> RunState | str:
-        """The child bound to ``call_id`` (made and bound now if there is none),
-        or why it cannot start."""
-        child_id = parent.state.children.get(call_id)
-        if child_id is not None:
-            try:
-                return await in_thread(self.store.load, child_id)
-            except RunNotFound:
-                pass  # the process died between binding and the child's first save
-        ask = limits or agent.limits
-        carved = await self._ledger.guarded(parent, partial(carve, parent, ask, self.now()))
-        if isinstance(carved, str):
-            return f"{agent.name} was not started: {carved}."
-        state = new_state(agent, task, carved, parent, call_id, child_id)
-        depth = len(parent.lineage())
-        await in_thread(self._ledger.open_node, state, depth, step_fence())
-        if child_id is None:
-            parent.state.children[call_id] = state.run_id
-            await self._ledger.guarded(parent, partial(parent.charge, Usage(child_runs=1)))
-            parent.checkpoint()  # the binding is durable before the child exists
-        self.save(state)
-        return state
+        """Bind, carve, queue and await a child run of ``parent``; its answer (the
+        one path of :func:`~orchestra._execute.spawn_child`, children on workers)."""
+        return await spawn_child(
+            self, parent, call_id, agent, task, limits=limits, where=OnWorkers(self)
+        )
 
     async def _reopened(self, state: RunState) -> RunState:
         """A child interrupted earlier (e.g. for an approval), running again, re-queued."""
@@ -175,3 +144,40 @@ class WorkerRunner(Runner):
     def _store(self) -> PostgresStore:
         """The store, as the PostgreSQL store it is on a worker."""
         return cast("PostgresStore", self.store)
+
+
+@attrs.frozen
+class OnWorkers:
+    """Children queued to workers: carved in the ledger, awaited in the store."""
+
+    runner: WorkerRunner
+
+    async def carve(self, parent: LiveRun, ask: Limits) -> Limits | str:
+        now = self.runner.now()
+        return await self.runner._ledger.guarded(parent, partial(carve, parent, ask, now))
+
+    async def reattach(self, parent: LiveRun, child_id: str, agent: Agent) -> LiveRun | None:
+        try:
+            state = await in_thread(self.runner.store.load, child_id)
+        except RunNotFound:
+            return None  # the process died between binding and the child's first save
+        return LiveRun(state=state, agent=agent, runner=self.runner, parent=parent)
+
+    async def open(self, parent: LiveRun, child: LiveRun, *, bind: bool) -> None:
+        runner, state = self.runner, child.state
+        await in_thread(runner._ledger.open_node, state, len(parent.lineage()), step_fence())
+        if bind:
+            parent.state.children[state.parent_call_id or ""] = state.run_id
+            await runner._ledger.guarded(parent, partial(parent.charge, Usage(child_runs=1)))
+            parent.checkpoint()  # the binding is durable before the child exists
+        runner.save(state)
+
+    async def run(self, child: LiveRun) -> None:
+        state = child.state
+        if state.status is Status.INTERRUPTED and state.status.resumable:
+            state = await self.runner._reopened(state)
+        if state.status is Status.RUNNING:
+            await self.runner.queue.enqueue(state.run_id)
+            child.state = await self.runner._outcome(state.run_id)
+        assert child.parent is not None
+        await self.runner._ledger.refresh(child.parent)

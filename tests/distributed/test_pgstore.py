@@ -30,6 +30,7 @@ from orchestra._stores.fence import Fence
 from orchestra._stores.memory import Store
 from orchestra._stores.serde import state_to_dict
 from orchestra._stores.sqlite import SQLiteStore
+from orchestra.distributed import _pgstore
 from orchestra.distributed._pgstore import PostgresStore, redacted
 
 AnyStore = SQLiteStore | PostgresStore
@@ -897,8 +898,11 @@ def test_claim_and_stop_racing_exactly_one_wins(pg_url: str) -> None:
 
 
 def test_stop_waits_for_a_claim_in_progress_and_then_leaves_the_run(
-    store: PostgresStore, pg_url: str
+    store: PostgresStore, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # a claim takes milliseconds; this one is held open for 0.5 s, so the stop's
+    # patience with a stalled holder (see test_a_stop_does_not_wait_...) is raised
+    monkeypatch.setattr(_pgstore, "STALLED_S", 5.0)
     store.save(make_state("root"))
     result: list[Any] = []
     with PostgresStore(pg_url) as worker, worker.transaction() as conn:
