@@ -29,13 +29,14 @@ from collections.abc import Iterator
 
 import trio
 
-__all__ = ["unwrapped"]
+__all__ = ["leaves", "unwrapped"]
 
 
-def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+def leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    """Every exception of a (nested) group, in order."""
     found: list[BaseException] = []
     for exc in group.exceptions:
-        found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+        found.extend(leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
     return found
 
 
@@ -50,13 +51,13 @@ def _describe_others(first: BaseException, others: list[BaseException]) -> None:
 
 def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
     """What leaves for ``group``: one exception, or the group of its errors (see the module)."""
-    leaves = _leaves(group)
-    errors = [leaf for leaf in leaves if not isinstance(leaf, trio.Cancelled)]
+    found = leaves(group)
+    errors = [leaf for leaf in found if not isinstance(leaf, trio.Cancelled)]
     if not errors:
-        return leaves[0]
+        return found[0]
     first, *others = errors
     if any(type(other) is not type(first) for other in others):
-        if len(errors) == len(leaves):
+        if len(errors) == len(found):
             return group
         _, rest = group.split(trio.Cancelled)  # keeps the group's notes and nesting
         assert rest is not None  # errors holds at least one leaf that is not Cancelled

@@ -177,18 +177,13 @@ def _the_error(exc: BaseException) -> BaseException:
     cancellation, else its first error we know how to say, else the group."""
     if not isinstance(exc, BaseExceptionGroup):
         return exc
-    leaves = [leaf for leaf in _leaves(exc) if not _is_cancelled(leaf)]
+    from .._cancelled import leaves as all_leaves  # a group came from trio: it is loaded
+
+    leaves = [leaf for leaf in all_leaves(exc) if not _is_cancelled(leaf)]
     if len(leaves) == 1:
         return leaves[0]
     known = (click.ClickException, KeyboardInterrupt, OrchestraError, OSError)
     return next((leaf for leaf in leaves if isinstance(leaf, known)), exc)
-
-
-def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
-    found: list[BaseException] = []
-    for exc in group.exceptions:
-        found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
-    return found
 
 
 def _is_cancelled(exc: BaseException) -> bool:
