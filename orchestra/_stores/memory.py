@@ -4,10 +4,13 @@ It fulfils :class:`~orchestra._stores.contract.Store` (re-exported here) and
 offers neither cancel requests nor leases: nothing outside the process can
 reach it. Transcripts are appended rather than rewritten (see
 :mod:`orchestra._stores.transcripts`), so a save costs what the step added.
+Threads may share it: a lock serialises its writes and reads, so
+:meth:`MemoryStore.update` is one step no other save interleaves with.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -34,6 +37,7 @@ class MemoryStore:
         self._transcripts: dict[str, list[str]] = {}
         self._saved = SavedTranscripts()
         self._events: list[dict[str, Any]] = []
+        self._lock = threading.RLock()  # reentrant: update saves while holding it
 
     @property
     def inbox(self) -> CancelInbox | None:
@@ -66,31 +70,45 @@ class MemoryStore:
         """
         if fence is not None:
             raise fences.fence_lost(fence, None)
-        writes = [(state, store_rows(self._saved, state)) for state in states]  # all encoded first
-        for state, (row, start, messages) in writes:
-            transcript = self._transcripts.setdefault(state.run_id, [])
-            del transcript[start:]
-            transcript.extend(data for _, _, data in messages)
-            self._heads[state.run_id] = row[7]  # the head, as the SQL stores keep it
-            self._saved.written(state)
-        self._events.extend(events)
+        with self._lock:
+            writes = [(state, store_rows(self._saved, state)) for state in states]  # encoded first
+            for state, (row, start, messages) in writes:
+                transcript = self._transcripts.setdefault(state.run_id, [])
+                del transcript[start:]
+                transcript.extend(data for _, _, data in messages)
+                self._heads[state.run_id] = row[7]  # the head, as the SQL stores keep it
+                self._saved.written(state)
+            self._events.extend(events)
 
     def update(self, run_id: str, change: Callable[[RunState], RunState | None]) -> RunState:
         """Save ``change``'s version of the saved state of ``run_id`` (None: nothing
-        is written). Raises ``RunNotFound``."""
-        state = self.load(run_id)
-        changed = change(state)
-        if changed is None:
-            return state
-        self.save(changed)
-        return changed
+        is written; what it raises writes nothing), holding the store's lock
+        throughout: no other thread's save comes between the read and the write.
+
+        Raises:
+            RunNotFound: no run with this id.
+        """
+        with self._lock:
+            state = self.load(run_id)
+            changed = change(state)
+            if changed is None:
+                return state
+            self.save(changed)
+            return changed
 
     def load(self, run_id: str) -> RunState:
-        try:
-            head = self._heads[run_id]
-        except KeyError:
-            raise RunNotFound(f"no run {run_id!r} in this store") from None
-        return joined(head, [orjson.loads(m) for m in self._transcripts[run_id]])
+        with self._lock:
+            try:
+                head = self._heads[run_id]
+            except KeyError:
+                raise RunNotFound(f"no run {run_id!r} in this store") from None
+            transcript = list(self._transcripts[run_id])
+        return joined(head, [orjson.loads(m) for m in transcript])
+
+    def _run_ids(self) -> list[str]:
+        """The ids of the runs saved, as of now."""
+        with self._lock:
+            return list(self._heads)
 
     def tree(self, root_id: str) -> list[RunState]:
         """Every run of the tree rooted at ``root_id``: the root, then by creation time.
@@ -98,7 +116,7 @@ class MemoryStore:
         Raises:
             RunNotFound: no run belongs to this tree.
         """
-        states = [self.load(run_id) for run_id in self._heads]
+        states = [self.load(run_id) for run_id in self._run_ids()]
         found = sorted(
             (s for s in states if s.root_id == root_id),
             key=lambda s: (s.run_id != s.root_id, s.created_at, s.run_id),
@@ -111,7 +129,7 @@ class MemoryStore:
         """Up to ``limit`` runs, most recently updated first (only roots by default)."""
         if limit < 0:
             raise ConfigError(f"limit must be >= 0, got {limit}")
-        states = [self.load(run_id) for run_id in self._heads]
+        states = [self.load(run_id) for run_id in self._run_ids()]
         chosen = [s for s in states if not roots_only or s.run_id == s.root_id]
         chosen.sort(key=lambda s: (-s.updated_at, s.run_id))
         return chosen[:limit]
@@ -126,7 +144,7 @@ class MemoryStore:
         """
         if not prefix:
             raise ConfigError("a run id prefix must not be empty")
-        ids = sorted(run_id for run_id in self._heads if run_id.startswith(prefix))
+        ids = sorted(run_id for run_id in self._run_ids() if run_id.startswith(prefix))
         return pick_run_id(prefix, ids[:6], "this store")
 
     def add_events(self, events: Iterable[dict[str, Any]], *, fence: Fence | None = None) -> None:
