@@ -39,6 +39,16 @@ class MemoryStore:
         self._events: list[dict[str, Any]] = []
         self._lock = threading.RLock()  # reentrant: update saves while holding it
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (``copy.deepcopy``, pickling) takes the runs, not the lock."""
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
     @property
     def inbox(self) -> CancelInbox | None:
         return None
