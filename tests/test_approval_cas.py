@@ -92,7 +92,7 @@ class RowWrites:
 
     def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
-        name = "save_many" if isinstance(store, MemoryStore) else "_write_states"
+        name = "save_many" if isinstance(store, MemoryStore) else "_write_rows"
         real = getattr(store, name)
 
         def counted(*args: Any, **kwargs: Any) -> Any:
@@ -197,22 +197,28 @@ class _Stalling:
         return stalled
 
 
-def _stalled_approval(store: Store) -> tuple[threading.Thread, threading.Event, list[Any]]:
-    """An approver of run r that read it (it waits on c1) and stalls before its
-    write; it goes on when the event is set. Its outcome lands in the list."""
-    read, go_on = threading.Event(), threading.Event()
+def _start_approver(stalling: Any, stalled: threading.Event) -> tuple[threading.Thread, list[Any]]:
+    """An approver of run r, in a thread, through ``stalling`` (a store that stalls
+    it somewhere); returns once it is stalled. Its outcome lands in the list."""
     outcome: list[Any] = []
-    stalling = _Stalling(store, read, go_on)
 
     def approver() -> None:
         try:
             outcome.append(approve(stalling, "r"))
-        except StateError as exc:
+        except Exception as exc:
             outcome.append(exc)
 
     thread = threading.Thread(target=approver, daemon=True)  # never holds up the tests
     thread.start()
-    assert read.wait(30)
+    assert stalled.wait(30)
+    return thread, outcome
+
+
+def _stalled_approval(store: Store) -> tuple[threading.Thread, threading.Event, list[Any]]:
+    """An approver of run r that read it (it waits on c1) and stalls before its
+    write; it goes on when the event is set. Its outcome lands in the list."""
+    read, go_on = threading.Event(), threading.Event()
+    thread, outcome = _start_approver(_Stalling(store, read, go_on), read)
     return thread, go_on, outcome
 
 
@@ -284,19 +290,7 @@ def _approval_stalled_inside(
 ) -> tuple[threading.Thread, list[Any]]:
     """An approver of run r stalled inside the store's update (see
     :class:`_StallingInside`). Its outcome lands in the list."""
-    outcome: list[Any] = []
-    stalling = _StallingInside(store, inside, go_on)
-
-    def approver() -> None:
-        try:
-            outcome.append(approve(stalling, "r"))
-        except Exception as exc:
-            outcome.append(exc)
-
-    thread = threading.Thread(target=approver, daemon=True)  # never holds up the tests
-    thread.start()
-    assert inside.wait(30)
-    return thread, outcome
+    return _start_approver(_StallingInside(store, inside, go_on), inside)
 
 
 def test_an_approver_holds_the_run_from_its_read_to_its_write(

@@ -20,7 +20,7 @@ import attrs
 
 from .._exceptions import LeaseLost
 
-__all__ = ["Fence", "fence_lost"]
+__all__ = ["Fence", "check", "fence_lost"]
 
 
 @attrs.frozen(kw_only=True)
@@ -42,11 +42,8 @@ class Fence:
 
     def describe(self) -> str:
         """``lease on tree X`` / ``claim on run X``, for messages."""
-        return (
-            f"lease on run tree {self.key!r}"
-            if self.scope == "lease"
-            else (f"claim on run {self.key!r}")
-        )
+        what = "lease on run tree" if self.scope == "lease" else "claim on run"
+        return f"{what} {self.key!r}"
 
 
 def fence_lost(fence: Fence, found: tuple[str | None, int] | None) -> LeaseLost:

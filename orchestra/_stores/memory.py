@@ -16,12 +16,12 @@ from typing import Any
 
 import orjson
 
-from .._exceptions import ConfigError, RunNotFound, StateError
+from .._exceptions import ConfigError, RunNotFound
 from .._state import RunState
 from . import fence as fences
+from . import shared
 from .contract import CancelInbox, Leases, Store
 from .fence import Fence
-from .shared import EVENT_KEYS, pick_run_id
 from .transcripts import SavedTranscripts, joined, store_rows
 
 __all__ = ["MemoryStore", "Store"]
@@ -137,8 +137,7 @@ class MemoryStore:
 
     def list_runs(self, *, limit: int = 50, roots_only: bool = True) -> list[RunState]:
         """Up to ``limit`` runs, most recently updated first (only roots by default)."""
-        if limit < 0:
-            raise ConfigError(f"limit must be >= 0, got {limit}")
+        shared.check_limit(limit)
         states = [self.load(run_id) for run_id in self._run_ids()]
         chosen = [s for s in states if not roots_only or s.run_id == s.root_id]
         chosen.sort(key=lambda s: (-s.updated_at, s.run_id))
@@ -155,22 +154,21 @@ class MemoryStore:
         if not prefix:
             raise ConfigError("a run id prefix must not be empty")
         ids = sorted(run_id for run_id in self._run_ids() if run_id.startswith(prefix))
-        return pick_run_id(prefix, ids[:6], "this store")
+        return shared.pick_run_id(prefix, ids[:6], "this store")
 
     def add_events(self, events: Iterable[dict[str, Any]], *, fence: Fence | None = None) -> None:
         """Append events (each needs ``run_id``, ``root_id``, ``type``, ``at``).
 
         Raises:
             LeaseLost: a fence was given (this store grants none).
-            StateError: an event lacks a key.
+            StateError: an event lacks a key or is not JSON-serialisable (checked as
+                the SQL stores check it).
         """
         if fence is not None:
             raise fences.fence_lost(fence, None)
         added = list(events)
         for event in added:
-            missing = [key for key in EVENT_KEYS if key not in event]
-            if missing:
-                raise StateError(f"an event needs {', '.join(missing)}; got keys {sorted(event)}")
+            shared.event_row(event)
         self._events.extend(added)
 
     def events(self, run_id: str | None = None, root_id: str | None = None) -> list[dict[str, Any]]:

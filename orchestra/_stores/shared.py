@@ -21,6 +21,7 @@ from .._exceptions import ConfigError, LeaseError, RunNotFound, StateError
 
 __all__ = [
     "alive",
+    "check_limit",
     "checked_ttl",
     "event_row",
     "held_by",
@@ -49,6 +50,12 @@ def message(run_id: str, idx: int, data: str) -> dict[str, Any]:
 def now_or(now: float | None) -> float:
     """``now``, or the wall clock's time if None."""
     return time.time() if now is None else now
+
+
+def check_limit(limit: int) -> None:
+    """:class:`ConfigError` unless ``limit`` (how many runs to list) is >= 0."""
+    if limit < 0:
+        raise ConfigError(f"limit must be >= 0, got {limit}")
 
 
 def checked_ttl(ttl: float) -> float:

@@ -29,7 +29,7 @@ from .._state import RunState
 from . import fence as fences
 from . import shared
 from .fence import Fence
-from .transcripts import SavedTranscripts, store_rows
+from .transcripts import MessageRow, RunRow, SavedTranscripts, store_rows
 
 __all__ = ["Connection", "SQLStore"]
 
@@ -217,11 +217,13 @@ class SQLStore:
             StateError: a state or an event cannot be stored as JSON.
         """
         event_rows = [shared.event_row(event) for event in events]
+        writes = [store_rows(self._saved, state) for state in states]  # encoded before the lock
         doing = f"save run {states[0].run_id!r}" if len(states) == 1 else f"save {len(states)} runs"
         with self._write(doing) as conn:
             if fence is not None:
                 self._check_fence(conn, fence)
-            self._write_states(conn, states, event_rows)
+            self._write_rows(conn, writes, event_rows)
+            self._on_commit(lambda: self._written(states))
 
     def update(self, run_id: str, change: Callable[[RunState], RunState | None]) -> RunState:
         """Read the saved state of ``run_id`` and save ``change``'s version of it, in
@@ -242,17 +244,18 @@ class SQLStore:
             changed = change(found[0])
             if changed is None:
                 return found[0]
-            self._write_states(conn, [changed], [])
+            self._write_rows(conn, [store_rows(self._saved, changed)], [])
+            self._on_commit(lambda: self._written([changed]))
         return changed
 
-    def _write_states(
+    def _write_rows(
         self,
         conn: Connection,
-        states: Sequence[RunState],
+        writes: Sequence[tuple[RunRow, int, list[MessageRow]]],
         event_rows: Sequence[tuple[str, str, str, float, str]],
     ) -> None:
-        """Write ``states`` (their transcripts appended) and events in ``conn``'s transaction."""
-        writes = [store_rows(self._saved, state) for state in states]
+        """Write runs (as :func:`store_rows` made them: their transcripts appended)
+        and events in ``conn``'s transaction."""
         conn.cursor().executemany(self.SQL_UPSERT_RUN, [row for row, _, _ in writes])
         # a whole transcript replaces whatever is stored (dropped before any insert)
         wholes = [(row[0], 0) for row, start, _ in writes if start == 0]
@@ -263,7 +266,6 @@ class SQLStore:
             conn.cursor().executemany(self.SQL_INSERT_MESSAGE, message_rows)
         if event_rows:
             conn.cursor().executemany(self.SQL_INSERT_EVENT, event_rows)
-        self._on_commit(lambda: self._written(states))
 
     def _written(self, states: Iterable[RunState]) -> None:
         for state in states:
@@ -298,8 +300,7 @@ class SQLStore:
 
     def list_runs(self, *, limit: int = 50, roots_only: bool = True) -> list[RunState]:
         """Up to ``limit`` runs, most recently updated first (only roots by default)."""
-        if limit < 0:
-            raise ConfigError(f"limit must be >= 0, got {limit}")
+        shared.check_limit(limit)
         where = "r.run_id = r.root_id" if roots_only else "1 = 1"
         return self._states(
             "list runs", f"{where} ORDER BY r.updated_at DESC, r.run_id LIMIT ?", limit

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import attrs
@@ -176,9 +176,7 @@ class PostgresLedger:
     def open_node(self, state: RunState, depth: int, fence: Fence | None = None) -> None:
         """The ledger row of a new run (nothing spent); kept if it exists. Fenced by
         ``fence`` (the claim of the step creating the run) when given."""
-        with self.store.transaction() as conn:
-            if fence is not None:
-                self.store.check_fence(fence)
+        with self._fenced(fence) as conn:
             conn.execute(
                 "INSERT INTO ledger (run_id, root_id, depth, tree) VALUES (%s, %s, %s, %s) "
                 "ON CONFLICT (run_id) DO NOTHING",
@@ -192,9 +190,7 @@ class PostgresLedger:
             StepAbandoned: the database could not be reached (the current step
                 is abandoned: nothing more of it is saved).
         """
-        fence = step_fence()
-        with _superseding():
-            return await in_thread(self._guarded, run, decide, fence)
+        return await self._in_step(in_thread, self._guarded, run, decide)
 
     async def released(self, run: LiveRun, release: Callable[[], _T]) -> _T:
         """See :class:`~orchestra._run.Ledger`: tried every :data:`RETRY_S` for
@@ -204,11 +200,9 @@ class PostgresLedger:
         (the hold stays, and is charged at its reservation when the run is next
         taken up)."""
         waited = 0.0
-        fence = step_fence()
         while True:
             try:
-                with _superseding():
-                    return await attempt_in_thread(self._guarded, run, release, fence)
+                return await self._in_step(attempt_in_thread, self._guarded, run, release)
             except StepAbandoned:
                 if waited >= RELEASE_PATIENCE_S:
                     abandon_step()
@@ -224,9 +218,7 @@ class PostgresLedger:
         before = [_Numbers.of(node) for node in nodes]
         own = run.state.own
         try:
-            with self.store.transaction() as conn:
-                if fence is not None:
-                    self.store.check_fence(fence)
+            with self._fenced(fence) as conn:
                 return self._decided(conn, run, decide)
         except BaseException:
             for node, was in zip(nodes, before, strict=True):
@@ -302,14 +294,10 @@ class PostgresLedger:
         Call it before each step of ``run`` (no call of the run is in flight
         then). Returns what was charged (None: no hold was left).
         """
-        fence = step_fence()
-        with _superseding():
-            return await in_thread(self._settle_lost, run, fence)
+        return await self._in_step(in_thread, self._settle_lost, run)
 
     def _settle_lost(self, run: LiveRun, fence: Fence | None) -> Usage | None:
-        with self.store.transaction() as conn:
-            if fence is not None:
-                self.store.check_fence(fence)
+        with self._fenced(fence) as conn:
             row = conn.execute(
                 "SELECT pico, tokens, turns FROM ledger_holds WHERE run_id = %s",
                 (run.state.run_id,),
@@ -325,6 +313,24 @@ class PostgresLedger:
 
             self._decided(conn, run, charge, lost=True)
         return lost
+
+    @contextlib.contextmanager
+    def _fenced(self, fence: Fence | None) -> Iterator[Any]:
+        """One transaction, whose writes are fenced by ``fence`` (if given)."""
+        with self.store.transaction() as conn:
+            if fence is not None:
+                self.store.check_fence(fence)
+            yield conn
+
+    async def _in_step(
+        self, thread: Callable[..., Awaitable[_T]], fn: Callable[..., _T], *args: object
+    ) -> _T:
+        """``fn(*args, fence)`` through ``thread`` (:func:`in_thread` or
+        :func:`attempt_in_thread`), fenced by the current step's claim; a
+        refusal of that fence supersedes the step."""
+        fence = step_fence()
+        with _superseding():
+            return await thread(fn, *args, fence)
 
     async def refresh(self, run: LiveRun) -> None:
         """Load the lineage's numbers (e.g. after a child on another worker spent)."""

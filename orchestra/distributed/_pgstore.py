@@ -255,7 +255,7 @@ class PostgresStore(SQLStore):
 
         def read() -> list[RunState]:
             with self._transaction(doing) as conn:
-                return _select_states(conn, where.replace("?", "%s"), params)
+                return self._states_in(conn, where, *params)
 
         return self._reading(read)
 
