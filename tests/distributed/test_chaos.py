@@ -41,6 +41,7 @@ from distributed_support import DEAD_AFTER_S, Workers, postgres_tool, wait_until
 
 from orchestra import Status, StoreUnreachable
 from orchestra.distributed import AGENTS_KEY, Cluster, cancel_tree, ledger_rows, submit
+from orchestra.distributed._dbos import workflow_id
 from orchestra.distributed._worker import agent_of_reference
 
 SEED = int(os.environ.get("ORCHESTRA_CHAOS_SEED", "27"))
@@ -190,6 +191,25 @@ def _open_writes(path: Path) -> dict[str, int]:
     return {key: pid for (key, pid), n in opened.items() if n > 0}
 
 
+def _settle(cluster: Cluster, roots: list[str]) -> None:
+    """Wait until no run of the trees is running; if one still is after
+    :data:`SETTLE_S`, fail naming each such run: its executor, its attempt and
+    its workflow's status in DBOS (what to look at next)."""
+    deadline = time.monotonic() + SETTLE_S
+    while not all(_retry(lambda r=r: _tree_done(cluster, r)) for r in roots):
+        if time.monotonic() > deadline:
+            stuck = [
+                (s.run_id, s.parent_id, s.turns, cluster.store.executor(s.run_id), n, wf)
+                for root in roots
+                for s in cluster.store.tree(root)
+                if s.status is Status.RUNNING
+                for n in [cluster.store.attempt(s.run_id)]
+                for wf in [cluster.queue.live([workflow_id(s.run_id, n)])]
+            ]
+            pytest.fail(f"runs left running (id, parent, turns, executor, attempt, live): {stuck}")
+        time.sleep(0.02)
+
+
 def _tree_done(cluster: Cluster, root: str) -> bool:
     return all(s.status is not Status.RUNNING for s in cluster.store.tree(root))
 
@@ -221,11 +241,7 @@ def test_chaos_keeps_exactly_once_budgets_and_cancel(
             fault()
         chaos.cancel_one()
         roots = list(chaos.roots)
-        wait_until(
-            lambda: all(_retry(lambda r=r: _tree_done(cluster, r)) for r in roots),
-            SETTLE_S,
-            "every tree to stop",
-        )
+        _settle(cluster, roots)
         trees = {root: cluster.store.tree(root) for root in roots}
         spend = {root: ledger_rows(cluster, root) for root in roots}
         logs = {name: pool.log(name) for name in pool.procs}
