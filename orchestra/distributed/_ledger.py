@@ -121,6 +121,12 @@ _INSERT_SPEND = """
 """
 
 
+def _ledger_complete(conn: Any) -> bool:
+    """Whether the ledger has its last addition (the one-charge-per-turn index)."""
+    (found,) = conn.execute("SELECT to_regclass('ledger_spend_one_per_turn')").fetchone()
+    return found is not None
+
+
 class _Transactions(Protocol):
     """What the ledger needs of its store: transactions, and fences checked in them."""
 
@@ -167,9 +173,18 @@ class PostgresLedger:
     executor: str
 
     def create(self) -> None:
-        """Create the ledger's tables if they are missing."""
+        """Create the ledger's tables if they are missing.
+
+        A ledger that is complete is left alone: its DDL (``ALTER TABLE`` takes an
+        exclusive lock even when the column exists) would deadlock with the
+        workers writing to it while a new worker starts.
+        """
         with self.store.transaction() as conn:
+            if _ledger_complete(conn):
+                return
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('orchestra.ledger'))")
+            if _ledger_complete(conn):  # made while this waited for the lock
+                return
             for sql in LEDGER_TABLES:
                 conn.execute(sql)
 
