@@ -29,7 +29,7 @@ import httpx
 import trio
 
 from orchestra import OpenAIProvider, RecordingTracerProvider, Runner, RunResult
-from orchestra._cli.demo import demo_agent, demo_task
+from orchestra._recipes.demo import demo_agent, demo_task
 from orchestra._telemetry.otel import OTelTracer, configure_otlp
 from orchestra.testing import make_sandbox, scripted_server
 

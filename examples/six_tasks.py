@@ -41,7 +41,7 @@ from orchestra import (
     Status,
     catalog,
 )
-from orchestra._cli.demo import INSTRUCTIONS
+from orchestra._recipes.demo import INSTRUCTIONS
 from orchestra.testing import make_sandbox
 
 TASKS = (

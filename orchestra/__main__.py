@@ -1,5 +1,5 @@
 """``python -m orchestra``: the same command line as ``orchestra``."""
 
-from ._main import main
+from ._cli.main import main
 
 main(prog_name="orchestra")

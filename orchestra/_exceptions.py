@@ -8,6 +8,7 @@ for misuse and for failures of the things around a run::
     ├── ConfigError              bad options given by a user (limits, prices, URLs)
     ├── ProviderError            the model endpoint failed us
     │   ├── ProviderHTTPError    transport failure or a non-2xx status
+    │   │   └── ProviderUnreachable  no connection could be made (refused, unknown host)
     │   └── ProviderReplyError   a 2xx reply that is not a chat completion
     ├── ToolError                raised *by tools* to report a failure
     │   ├── PermanentToolError   a failure the model cannot fix by retrying
@@ -36,6 +37,7 @@ __all__ = [
     "ProviderError",
     "ProviderHTTPError",
     "ProviderReplyError",
+    "ProviderUnreachable",
     "RunNotFound",
     "SchemaVersionError",
     "StateError",
@@ -72,6 +74,20 @@ class ProviderHTTPError(ProviderError):
         super().__init__(message)
         self.status_code = status_code
         self.retry_after = retry_after
+
+
+class ProviderUnreachable(ProviderHTTPError):
+    """No connection to the endpoint could be made (refused, unknown host).
+
+    ``never_answered`` says whether the endpoint had never answered this
+    provider: then the URL is wrong or the server is not started, and the call
+    fails at once (unless ``RetryPolicy.wait_for_server_s``); otherwise the
+    server went away and the call is retried like any transport failure.
+    """
+
+    def __init__(self, message: str, *, never_answered: bool) -> None:
+        super().__init__(message)
+        self.never_answered = never_answered
 
 
 class ProviderReplyError(ProviderError):

@@ -132,11 +132,12 @@ async def _call(run: LiveRun, ask: _Ask) -> tuple[ChatReply, Usage] | None:
     return reply, usage
 
 
-def _retrying(run: LiveRun, attempt: int, error: ProviderError) -> None:
+def _retrying(run: LiveRun, attempt: int, error: ProviderError, wait: float) -> None:
     run.emit(
         "model_retry",
         turn=run.state.turns + 1,
         attempt=attempt,
+        wait_s=round(wait, 3),
         error=str(error),
         status=getattr(error, "status_code", None),
     )

@@ -13,7 +13,7 @@ ENDLESS = [
     "s._call = lambda name, **a: call(\n"
     "    name, **({**a, 'seconds': 86400.0} if name == 'scan_archive' else a)\n"
     ")\n"
-    "from orchestra._main import run; run()",
+    "from orchestra._cli.main import run; run()",
 ]
 """The CLI with every scripted ``scan_archive`` call asking for a day-long scan.
 

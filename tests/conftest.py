@@ -24,7 +24,7 @@ from orchestra import (
     SQLiteStore,
     ToolPolicy,
 )
-from orchestra._cli.demo import demo_agent, demo_task
+from orchestra._recipes.demo import demo_agent, demo_task
 from orchestra._stores.contract import DurableStore, Store
 from orchestra.testing import ScriptedTransport, make_sandbox
 

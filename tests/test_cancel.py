@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 
 from orchestra import InterruptionKind, Limits, OpenAIProvider, Runner, Status
-from orchestra._cli.demo import demo_task
+from orchestra._recipes.demo import demo_task
 from orchestra.testing import ScriptedTransport
 
 

@@ -222,7 +222,7 @@ class KillAfterTurnTwo(SQLiteStore):
 
 def _plan(directory: str, store_cls: type[SQLiteStore], resume: bool) -> None:
     from orchestra import OpenAIProvider, ToolPolicy
-    from orchestra._cli.demo import demo_agent, demo_task
+    from orchestra._recipes.demo import demo_agent, demo_task
     from orchestra.testing import ScriptedTransport
 
     path = Path(directory)

@@ -404,7 +404,7 @@ async def test_a_rejection_answers_only_its_own_call() -> None:
 async def test_a_handle_cancelled_right_after_start_stops_the_run(
     runner, scenario_agent, autojump_clock
 ):
-    from orchestra._cli.demo import demo_task
+    from orchestra._recipes.demo import demo_task
 
     async with trio.open_nursery() as nursery:
         handle = await runner.start(nursery, scenario_agent("slow"), demo_task("slow"))
@@ -417,7 +417,7 @@ async def test_a_handle_cancelled_right_after_start_stops_the_run(
 async def test_run_cancelled_from_outside_raises_cancelled_not_a_group(
     runner, scenario_agent, autojump_clock
 ):
-    from orchestra._cli.demo import demo_task
+    from orchestra._recipes.demo import demo_task
 
     seen: list[type[BaseException]] = []
 
@@ -436,7 +436,7 @@ async def test_run_cancelled_from_outside_raises_cancelled_not_a_group(
 async def test_a_cancel_request_racing_completion_is_not_left_armed(
     tmp_path: Path, provider, scenario_agent
 ):
-    from orchestra._cli.demo import demo_task
+    from orchestra._recipes.demo import demo_task
 
     store = SQLiteStore(tmp_path / "runs.db")
 

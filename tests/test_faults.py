@@ -21,8 +21,8 @@ from orchestra import (
     Runner,
     Status,
 )
-from orchestra._cli.demo import demo_agent, demo_task, parse_scenario
-from orchestra._cli.recipe import DEMO_TIMEOUT_S, Recipe
+from orchestra._recipes.demo import demo_agent, demo_task, parse_scenario
+from orchestra._recipes.recipe import DEMO_TIMEOUT_S, Recipe
 from orchestra._scripted.faults import FaultCounter, FaultSpec, Modifier
 from orchestra.testing import ScriptedTransport, ScriptError, reply, scripted_server
 

@@ -32,7 +32,7 @@ from orchestra import (
     Status,
     catalog,
 )
-from orchestra._cli.demo import INSTRUCTIONS
+from orchestra._recipes.demo import INSTRUCTIONS
 
 URL = os.environ.get("ORCHESTRA_LOCAL_MODEL_URL", "")
 MODEL = os.environ.get("ORCHESTRA_LOCAL_MODEL", "local")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestra import Limits, Price, PriceTable, Runner, Status
-from orchestra._cli.demo import demo_agent, demo_task
+from orchestra._recipes.demo import demo_agent, demo_task
 
 
 def test_an_unknown_model_is_priced_by_assumption_and_said_so():

@@ -28,10 +28,10 @@ from orchestra import (
     state_to_json,
     tool,
 )
-from orchestra._cli.demo import demo_agent, demo_task
-from orchestra._cli.output import print_tree, print_waiting
-from orchestra._cli.session import report
+from orchestra._recipes.demo import demo_agent, demo_task
 from orchestra._redact import REDACTED, excerpt, redact, redact_data, register
+from orchestra._views.output import print_tree, print_waiting
+from orchestra._views.report import report
 from orchestra.testing import InMemorySpanSink, ScriptedTransport
 
 OPENAI_KEY = "sk-proj-Zq81vN3xK0pLm5TtYw7eRb2u"

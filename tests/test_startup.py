@@ -1,7 +1,7 @@
 """Fast start: what `import orchestra` and the light commands load (modules, not timings).
 
 Each case runs in a fresh interpreter: the command line's own code path
-(``orchestra._main.run``) with the given arguments, then a look at
+(``orchestra._cli.main.run``) with the given arguments, then a look at
 ``sys.modules`` and at whether the tokenizer was built. Timings are in
 ``python tools/benchmarks.py --only startup``.
 """
@@ -20,7 +20,7 @@ import json, sys
 args = sys.argv[1:]
 if args != ["--import-only"]:
     sys.argv = ["orchestra", *args]
-    from orchestra._main import run
+    from orchestra._cli.main import run
     try:
         run()
     except SystemExit:
@@ -61,7 +61,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     ran = probe("demo", "plan", "--store", store, "--json")
     assert ran["tokenizer_built"]
     assert loaded(ran, ("jsonschema", "trio")) == ["jsonschema", "trio"]
-    cli = [sys.executable, "-c", "from orchestra._main import run; run()"]
+    cli = [sys.executable, "-c", "from orchestra._cli.main import run; run()"]
     listed = subprocess.run(
         [*cli, "runs", "--store", store, "--json"],
         capture_output=True,

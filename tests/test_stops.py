@@ -18,7 +18,7 @@ from orchestra import (
     Status,
     tool,
 )
-from orchestra._cli.demo import demo_agent, demo_task
+from orchestra._recipes.demo import demo_agent, demo_task
 from orchestra._stops import repeated_calls
 
 

@@ -14,7 +14,7 @@ import trio.testing
 
 from orchestra import Agent, LeaseLost, OpenAIProvider, Runner, SQLiteStore, StoreError
 from orchestra._cancelled import unwrapped
-from orchestra._cli.demo import demo_task
+from orchestra._recipes.demo import demo_task
 from orchestra._runner import RunHandle
 from orchestra._state import RunState
 from orchestra._stores.fence import Fence

@@ -9,7 +9,7 @@ from typing import Any
 import trio
 
 from orchestra import Runner, Status
-from orchestra._cli.demo import demo_task
+from orchestra._recipes.demo import demo_task
 from orchestra._stores.sqlite import SQLiteStore
 
 

@@ -53,8 +53,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from orchestra import MemoryStore, OpenAIProvider, Runner, Status
-from orchestra._cli.demo import demo_agent, demo_task
 from orchestra._model.tokens import encoding
+from orchestra._recipes.demo import demo_agent, demo_task
 from orchestra._telemetry.otel import OTelTracer, configure_otlp
 from orchestra._telemetry.otlp_child import exporter_for
 from orchestra._telemetry.spans import Record, RecordingTracerProvider

@@ -36,7 +36,6 @@ import argparse
 import collections
 import gc
 import json
-import logging
 import os
 import random
 import re
@@ -56,8 +55,8 @@ import httpx
 import trio
 
 from orchestra import Agent, Event, Limits, MemoryStore, OpenAIProvider, RetryPolicy, Runner, Status
-from orchestra._cli.demo import demo_agent, demo_task
 from orchestra._model.tokens import encoding
+from orchestra._recipes.demo import demo_agent, demo_task
 from orchestra._result import RunResult
 from orchestra._stores.memory import Store
 from orchestra._stores.sqlite import SQLiteStore
@@ -276,7 +275,7 @@ async def run_all(setup: Setup, roots: list[Agent]) -> dict[int, Any]:
 @asynccontextmanager
 async def scripted_process() -> AsyncIterator[str]:
     """``orchestra serve-scripted`` in a child process on a free port; yields its base URL."""
-    command = [sys.executable, "-c", "from orchestra._main import run; run()", "serve-scripted"]
+    command = [sys.executable, "-c", "from orchestra._cli.main import run; run()", "serve-scripted"]
     process = await trio.lowlevel.open_process([*command, "--port", "0"], stderr=subprocess.PIPE)
     assert process.stderr is not None
     try:
@@ -416,7 +415,6 @@ def print_report(report: Report) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the load test from the command line; 0 if every check passed."""
     args = _arguments(argv)
-    logging.getLogger("stamina").setLevel(logging.ERROR)  # one warning per retry otherwise
     options = {k: v for k, v in vars(args).items() if k != "json"}
     report: Report = trio.run(lambda: load_test(**options))
     if args.json:

@@ -1,11 +1,14 @@
-"""What the ``orchestra`` command line is made of, below its commands.
+"""The ``orchestra`` command line: one module per command (or small family).
 
-The commands themselves (the click group and ``run``, the console script's
-entry point) are in :mod:`orchestra._main`, the one module above this package,
-the console and the workers. These modules are shared with them: building a
-run's agent from its saved recipe (:mod:`.recipe`), running a tree under
-signals with live progress (:mod:`.session`), exit codes (:mod:`.errors`),
-layouts for people (:mod:`.view`, :mod:`.output`), the demo's scenarios
-(:mod:`.demo`) and the options' parsing (:mod:`.options`, :mod:`.money`).
+:mod:`.main` is the click group and the console script's entry point; it adds
+:mod:`.demo`, :mod:`.run`, :mod:`.resume`, :mod:`.decide` (approve, reject),
+:mod:`.cancel`, :mod:`.reads` (runs, show, trace) and :mod:`.serve` (console,
+worker, serve-scripted, mcp list). They share the options in :mod:`.common`
+and :mod:`.options`, the store a ``--store`` names (:mod:`.stores`), running a
+tree until it stops (:mod:`.start`, :mod:`.session`) and one error path
+(:mod:`.errors`).
+
+Below this package, and shared with the web console and the workers:
+recipes (:mod:`orchestra._recipes`) and views (:mod:`orchestra._views`).
 Nothing is imported here: a module loads only what it needs.
 """

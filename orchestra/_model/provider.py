@@ -34,7 +34,12 @@ from urllib.parse import urlsplit
 import attrs
 import orjson
 
-from .._exceptions import ConfigError, ProviderHTTPError, ProviderReplyError
+from .._exceptions import (
+    ConfigError,
+    ProviderHTTPError,
+    ProviderReplyError,
+    ProviderUnreachable,
+)
 from .._redact import excerpt, redact, register
 from .recover import cut_call, declared_names, recover_tool_calls
 
@@ -229,6 +234,7 @@ class OpenAIProvider:
         register(key)
         self._key = key
         self._recover = recover_tool_calls
+        self._answered = False
         self.base_url = url.rstrip("/")
         if not (isinstance(max_connections, int) and max_connections >= 1):
             raise ConfigError(
@@ -248,19 +254,23 @@ class OpenAIProvider:
         """POST the request and parse the reply (see :class:`Provider`).
 
         Raises:
-            ProviderHTTPError: transport failure or a non-2xx status.
+            ProviderUnreachable: no connection could be made.
+            ProviderHTTPError: another transport failure or a non-2xx status.
             ProviderReplyError: a 2xx body that is not a chat completion.
-            Neither message holds a secret (see the module docstring).
+            No message holds a secret (see the module docstring).
         """
         import httpx
 
         try:
             body = orjson.dumps(request.payload())
             response = await self._endpoint.post("/chat/completions", body)
+        except httpx.ConnectError as exc:
+            raise self._unreachable(exc) from exc
         except httpx.HTTPError as exc:
             raise ProviderHTTPError(
                 self._scrub(f"request to {self.base_url} failed: {exc!r}")
             ) from exc
+        self._answered = True
         if response.status_code >= 400:
             raise ProviderHTTPError(
                 self._scrub(
@@ -274,6 +284,21 @@ class OpenAIProvider:
         except ProviderReplyError as exc:
             raise ProviderReplyError(self._scrub(str(exc))) from None
         return self._recovered(reply, request)
+
+    def _unreachable(self, exc: Exception) -> ProviderUnreachable:
+        """The error for a connection that could not be made, in words."""
+        why = _connect_failure(exc)
+        if self._answered:
+            return ProviderUnreachable(
+                self._scrub(f"cannot connect to {self.base_url}: {why}"), never_answered=False
+            )
+        return ProviderUnreachable(
+            self._scrub(
+                f"cannot connect to {self.base_url}: {why} (nothing has answered there: "
+                "is the URL right and the server started?)"
+            ),
+            never_answered=True,
+        )
 
     def _scrub(self, text: str) -> str:
         """``text`` without this provider's key or anything shaped like a credential."""
@@ -300,6 +325,24 @@ class OpenAIProvider:
 
 MAX_RETRY_AFTER = 24 * 3600.0
 """A ``Retry-After`` longer than this (seconds) is read as this."""
+
+
+def _connect_failure(exc: BaseException) -> str:
+    """Why a connection failed, in the OS's words (``Connection refused``), found
+    down the chain of causes and groups that httpx, httpcore and trio wrap it in."""
+    seen: list[BaseException] = [exc]
+    visited: set[int] = set()
+    while seen:
+        found = seen.pop(0)
+        if id(found) in visited:
+            continue
+        visited.add(id(found))
+        if isinstance(found, OSError) and found.strerror:
+            return found.strerror.rpartition(": ")[2]  # trio: "Error connecting to (…): …"
+        if isinstance(found, BaseExceptionGroup):
+            seen.extend(found.exceptions)
+        seen.extend(e for e in (found.__cause__, found.__context__) if e is not None)
+    return str(exc)
 
 
 def retry_after(value: str | None, *, now: datetime | None = None) -> float | None:

@@ -29,6 +29,7 @@ from .money import Money
 if TYPE_CHECKING:  # imported where used: `orchestra --help` and `show` need none of them
     from .._agent import Agent, ToolPolicy
     from .._model.provider import OpenAIProvider
+    from .._model.retry import RetryPolicy
     from .._tools import Tool
 
 __all__ = ["Recipe"]
@@ -72,6 +73,9 @@ class Recipe:
     margin_tokens: int = 0
     recover_tool_calls: bool = False
     request_timeout: float = RUN_TIMEOUT_S
+    wait_for_server_s: float = 0.0
+    """How long a refused connection to an endpoint that never answered is
+    retried (``--wait-for-server``); 0: the run fails at once, naming the URL."""
     max_tokens: int = RUN_MAX_TOKENS
     instructions: str = ""
     """``orchestra run``'s system message (``--instructions``)."""
@@ -100,6 +104,12 @@ class Recipe:
     def prices(self) -> PriceTable:
         """The price table of runs made from this recipe."""
         return self.money().prices(assumed_is_known=self.scenario is not None)
+
+    def retry(self) -> RetryPolicy:
+        """How model calls of runs made from this recipe are retried."""
+        from .._model.retry import RetryPolicy
+
+        return RetryPolicy(wait_for_server_s=self.wait_for_server_s)
 
     def metadata(self) -> dict[str, str]:
         """The recipe as run metadata (without :attr:`faults`: never saved)."""

@@ -7,7 +7,7 @@ thread at most four times a second, on stderr, and clears it when the tree
 stops, before the summary is printed. Lines written to stderr meanwhile (a
 warning, "stopping the run tree") appear above it.
 
-Only for a terminal: :func:`orchestra._cli.session.supervise` uses it when
+Only for a terminal: :func:`orchestra._cli.session.supervise` (the command line) uses it when
 stderr is one and the command prints no JSON.
 """
 
@@ -26,7 +26,7 @@ from rich.live import Live
 from rich.text import Text
 
 from .._events import Event
-from .view import STATUS_STYLES, Node, console, cut, one_line, tree_lines, usd
+from .text import STATUS_STYLES, Node, console, cut, one_line, tree_lines, usd
 
 __all__ = ["LiveTree", "live_tree"]
 

@@ -35,7 +35,7 @@ def _print(con: Console, line: Text | str, *, wrap: bool = False) -> None:
 def print_tree(report: dict[str, Any]) -> None:
     """The run tree (one row per run, children in call order), then the root's
     answer, how it stopped, how long it ran and what is left of its budget."""
-    from .view import Node, console, tree_lines
+    from .text import Node, console, tree_lines
 
     report = redact_data(report)
     con = console()
@@ -48,7 +48,7 @@ def print_tree(report: dict[str, Any]) -> None:
 def _footer(report: dict[str, Any]) -> Iterator[Text]:
     from rich.text import Text
 
-    from .view import budget_usd, duration, status_text, tokens, usd
+    from .text import budget_usd, duration, status_text, tokens, usd
 
     if report["answer"]:
         yield Text.assemble("\n", ("answer: ", "bold"), report["answer"])
@@ -80,7 +80,7 @@ def _walk(report: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def _call(decision: dict[str, Any]) -> str:
-    from .view import cut
+    from .text import cut
 
     args = json.dumps(decision["arguments"], sort_keys=True)
     return f"{decision['tool']} {cut(args, 60)}"
@@ -99,7 +99,7 @@ def _decided(report: dict[str, Any]) -> Iterator[Text]:
     """One line per call a human decided on (or left undecided), in run order."""
     from rich.text import Text
 
-    from .view import short_id
+    from .text import short_id
 
     styles = {"approved": "green", "rejected": "red", "undecided": "yellow"}
     for run in _walk(report):
@@ -119,7 +119,7 @@ def print_waiting(report: dict[str, Any], store_flag: str) -> None:
     (with the commands that take it) or, once decided, a resume."""
     from rich.text import Text
 
-    from .view import console
+    from .text import console
 
     report = redact_data(report)
     con = console()
@@ -163,7 +163,7 @@ def _age(seconds: float) -> str:
 
 def print_runs(states: list[RunState]) -> None:
     """A table of runs, newest first, within the terminal's width."""
-    from .view import console, runs_lines
+    from .text import console, runs_lines
 
     now = time.time()
     rows = [

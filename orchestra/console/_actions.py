@@ -16,8 +16,8 @@ import os
 import socket
 
 from .._approval import approve, cancel_unowned, reject
-from .._cli.recipe import Recipe
 from .._exceptions import StateError
+from .._recipes.recipe import Recipe
 from .._state import Status
 from .._stores.contract import DurableStore
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .._cli.view import cut, short_id, usd
+from .._views.text import cut, short_id, usd
 from ._html import Html, h, join
 
 __all__ = ["event_words", "events_html"]

@@ -19,8 +19,8 @@ from pathlib import Path
 import attrs
 import trio
 
-from .._cli.errors import INTERNAL, OPERATIONAL, USAGE
 from .._exceptions import StateError
+from .._views.exits import INTERNAL, OPERATIONAL, USAGE
 
 __all__ = ["Launch", "Launches"]
 

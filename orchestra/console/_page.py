@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 import urllib.parse
 
-from .._cli.view import short_id
 from .._state import Status
+from .._views.text import short_id
 from ._html import Child, Html, h, literal
 
 __all__ = ["LIMIT_EXITS", "age", "page", "run_link", "run_url", "section", "status_pill"]

@@ -9,12 +9,12 @@ from typing import Any
 
 import attrs
 
-from .._cli.recipe import Recipe
-from .._cli.session import decisions, tree_result
 from .._exceptions import StateError
+from .._recipes.recipe import Recipe
 from .._result import RunResult
 from .._state import RunState, Status, Usage
 from .._stores.contract import DurableStore
+from .._views.report import decisions, tree_result
 
 __all__ = ["TreeSnapshot", "read_runs", "read_tree"]
 

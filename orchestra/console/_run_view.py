@@ -8,8 +8,8 @@ every update that does not change the form.
 
 from __future__ import annotations
 
-from .._cli.view import budget_usd, duration, short_id, tokens, usd
 from .._state import RunState, Usage
+from .._views.text import budget_usd, duration, short_id, tokens, usd
 from ._actions_view import actions_html
 from ._events_view import events_html
 from ._html import Child, Html, h

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .._cli.view import budget_usd, one_line, usd
 from .._state import RunState, Status
+from .._views.text import budget_usd, one_line, usd
 from ._html import Html, h
 from ._live import seen
 from ._page import age, page, run_link, section, status_pill

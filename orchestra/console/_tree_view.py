@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .._cli.view import budget_usd, one_line, short_id, tokens, usd
 from .._result import RunResult
 from .._state import RunState, Status, Usage
+from .._views.text import budget_usd, one_line, short_id, tokens, usd
 from ._html import Html, h
 from ._page import LIMIT_EXITS, run_url, status_pill
 

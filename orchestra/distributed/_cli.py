@@ -140,8 +140,8 @@ def _database_away(since: float | None, exc: StoreUnreachable) -> float:
 
 def submit_and_follow(database: str, recipe: Any, limits: Any, task: str) -> tuple[Any, float]:
     """Submit a CLI recipe's run to the workers and wait for its tree; (result, ms)."""
-    from .._cli.session import tree_result
     from .._exceptions import ConfigError
+    from .._views.report import tree_result
     from ._client import Cluster, submit
     from ._pgstore import redacted
 
@@ -152,7 +152,11 @@ def submit_and_follow(database: str, recipe: Any, limits: Any, task: str) -> tup
         run_id = submit(
             cluster, recipe.agent(limits), task, limits=limits, metadata=recipe.metadata()
         )
-        click.echo(f"submitted {run_id} to the workers of {redacted(database)}", err=True)
+        click.echo(
+            f"run {run_id} submitted to the workers of {redacted(database)} (stop it with: "
+            f"orchestra cancel {run_id} --store {redacted(database)})",
+            err=True,
+        )
         states = follow(cluster, run_id)
         return tree_result(states, run_id), (time.monotonic() - started) * 1000
 

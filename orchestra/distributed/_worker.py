@@ -37,12 +37,12 @@ import attrs
 import trio
 
 from .._agent import Agent
-from .._cli.recipe import Recipe
 from .._events import EventSink
 from .._exceptions import ConfigError, StateError, StoreError, StoreUnreachable
 from .._execute import execute, trio_deadline
 from .._model.provider import OpenAIProvider
 from .._money import PriceTable
+from .._recipes.recipe import Recipe
 from .._run import LiveRun
 from .._state import RunState, Status
 from . import _dbos

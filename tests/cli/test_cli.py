@@ -8,7 +8,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from orchestra._main import main
+from orchestra._cli.main import main
 
 
 def demo(*args: str) -> tuple[int, dict]:
@@ -97,6 +97,7 @@ def test_research_runaway_child_budget():
 
 
 def test_unknown_run_is_a_clear_error():
+    demo("plan")
     result = CliRunner().invoke(main, ["show", "run_nope"])
     assert result.exit_code == 8
     assert result.stderr.startswith("error: ") and "run_nope" in result.stderr

@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from orchestra._cli.errors import INTERNAL, OPERATIONAL, USAGE, status_exit, translated
+from orchestra._cli.errors import translated
+from orchestra._cli.main import main
 from orchestra._exceptions import ConfigError, LeaseError, StateError
-from orchestra._main import main
 from orchestra._state import Status
 from orchestra._stores.sqlite import SQLiteStore
+from orchestra._views.exits import INTERNAL, OPERATIONAL, USAGE, status_exit
 
 ORCHESTRA = [sys.executable, "-m", "orchestra"]
 
@@ -29,9 +30,14 @@ def fails(args: list[str], code: int) -> str:
     result = CliRunner().invoke(main, args)
     assert result.exit_code == code, (result.exit_code, result.output, result.exception)
     assert "Traceback" not in result.output
-    lines = result.stderr.splitlines()
+    lines = [line for line in result.stderr.splitlines() if not _started(line)]
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     return lines[0]
+
+
+def _started(line: str) -> bool:
+    """The notice of a command that started a run (said before it can fail)."""
+    return line.startswith("run run_") and " started (stop it with: orchestra cancel " in line
 
 
 def demo(*args: str, code: int = 0) -> dict[str, Any]:
@@ -95,6 +101,7 @@ def test_cancel_of_a_run_that_is_not_running() -> None:
 
 
 def test_show_of_an_unknown_run() -> None:
+    demo("plan")
     assert "run_nope" in fails(["show", "run_nope"], OPERATIONAL)
 
 
@@ -263,7 +270,7 @@ def test_an_unexpected_exception_is_an_internal_error(monkeypatch: pytest.Monkey
     def broken(path: str | None) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("orchestra._main._store", broken)
+    monkeypatch.setattr("orchestra._cli.reads.existing_store", broken)
     line = fails(["runs"], INTERNAL)
     assert line == (
         "error: internal error: RuntimeError('boom') (run again with --debug for the traceback)"

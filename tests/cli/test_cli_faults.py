@@ -10,9 +10,9 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from orchestra._main import main
+from orchestra._cli.main import main
 
-ORCHESTRA = [sys.executable, "-c", "from orchestra._main import run; run()"]
+ORCHESTRA = [sys.executable, "-c", "from orchestra._cli.main import run; run()"]
 
 
 def demo(*args: str) -> tuple[int, dict[str, Any]]:
@@ -53,7 +53,7 @@ def test_an_unknown_modifier_is_a_usage_error_listing_the_choices() -> None:
 
 
 def test_help_lists_each_scenario_on_its_line_and_the_fault_syntax() -> None:
-    from orchestra._cli.demo import SCENARIOS
+    from orchestra._recipes.demo import SCENARIOS
     from orchestra.testing import SCENARIOS as SCRIPTS
 
     result = CliRunner().invoke(main, ["demo", "--help"], terminal_width=80)

@@ -10,7 +10,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from orchestra._main import main
+from orchestra._cli.main import main
 
 
 def test_version_comes_from_the_package_metadata() -> None:

@@ -14,15 +14,16 @@ import pytest
 from click.testing import CliRunner
 
 from orchestra import Agent, Limits, RunResult, catalog
-from orchestra._cli.live import LiveTree
-from orchestra._cli.output import print_tree, print_waiting
-from orchestra._cli.recipe import Recipe
-from orchestra._cli.session import Session, _live_view, report, with_stored_children
-from orchestra._cli.view import Node, tree_lines
+from orchestra._cli.main import main
+from orchestra._cli.session import Session, _live_view
 from orchestra._events import Event
-from orchestra._main import main
+from orchestra._recipes.recipe import Recipe
 from orchestra._stores.memory import MemoryStore
 from orchestra._stores.sqlite import SQLiteStore
+from orchestra._views.live import LiveTree
+from orchestra._views.output import print_tree, print_waiting
+from orchestra._views.report import report, with_stored_children
+from orchestra._views.text import Node, tree_lines
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 PLAIN = {"COLUMNS": "80", "NO_COLOR": None, "FORCE_COLOR": None, "TTY_COMPATIBLE": None}

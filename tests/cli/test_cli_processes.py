@@ -17,7 +17,7 @@ from cli_processes import ENDLESS, reap
 from orchestra import Status
 from orchestra._stores.sqlite import SQLiteStore
 
-ORCHESTRA = [sys.executable, "-c", "from orchestra._main import run; run()"]
+ORCHESTRA = [sys.executable, "-c", "from orchestra._cli.main import run; run()"]
 
 
 def cli(*args: str, check: int | None = 0) -> dict[str, Any]:

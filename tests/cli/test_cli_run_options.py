@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from orchestra._catalog import catalog
+from orchestra._cli.main import main
 from orchestra._cli.options import CATALOG_TOOLS, READ_ONLY_TOOLS
-from orchestra._cli.recipe import Recipe
 from orchestra._exceptions import StateError
-from orchestra._main import main
+from orchestra._recipes.recipe import Recipe
 from orchestra._state import Limits, RunState
 from orchestra._stores.sqlite import SQLiteStore
 from orchestra.testing import make_sandbox

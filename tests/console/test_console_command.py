@@ -15,6 +15,7 @@ import trio
 from console_support import ORCHESTRA, Served, stop_console
 
 from orchestra import StateError
+from orchestra._stores.sqlite import SQLiteStore
 from orchestra.console._launches import Launches
 from orchestra.console._server import HOST, bind
 
@@ -24,7 +25,7 @@ for name in sys.argv[1].split(","):
     if name:
         sys.modules[name] = None  # as if not installed
 sys.argv = ["orchestra", *sys.argv[2:]]
-from orchestra._main import run
+from orchestra._cli.main import run
 code = 0
 try:
     run()
@@ -50,6 +51,7 @@ def web_stack(found: dict[str, Any]) -> list[str]:
 
 @pytest.mark.parametrize("args", [["--help"], ["console", "--help"], ["runs"]])
 def test_other_commands_and_the_help_load_no_web_stack(args: list[str]) -> None:
+    SQLiteStore().close()  # the default store exists: `runs` reads it
     found, stderr = probe(*args)
     assert found["code"] == 0 and "Traceback" not in stderr, stderr
     assert web_stack(found) == []

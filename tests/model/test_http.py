@@ -11,7 +11,12 @@ import pytest
 import trio
 import trio.testing
 
-from orchestra import ConfigError, OpenAIProvider, ProviderHTTPError, RetryPolicy
+from orchestra import (
+    ConfigError,
+    OpenAIProvider,
+    ProviderUnreachable,
+    RetryPolicy,
+)
 from orchestra._model.http import SHARD_CONNECTIONS, Endpoint, proxy_for
 from orchestra._model.provider import ChatRequest
 
@@ -157,7 +162,7 @@ async def test_the_request_on_the_wire_and_a_gzip_reply_decoded():
     assert reply.content == b'{"choices": [{"message": {"content": "ok"}}]}'
 
 
-async def test_a_refused_connection_is_httpx_s_connect_error_and_a_transient_provider_error():
+async def test_a_refused_connection_is_said_in_the_os_s_words_and_fails_at_once():
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -167,6 +172,8 @@ async def test_a_refused_connection_is_httpx_s_connect_error_and_a_transient_pro
     with pytest.raises(httpx.ConnectError):
         await endpoint.post("/chat/completions", b"{}")
     provider = OpenAIProvider(base_url=f"http://127.0.0.1:{port}/v1", api_key="k")
-    with pytest.raises(ProviderHTTPError, match=r"failed: ConnectError\(") as caught:
+    with pytest.raises(ProviderUnreachable) as caught:
         await provider.complete(PLAN)
-    assert RetryPolicy().transient(caught.value)
+    message = str(caught.value)
+    assert message.startswith(f"cannot connect to http://127.0.0.1:{port}/v1: Connection refused")
+    assert caught.value.never_answered and not RetryPolicy().transient(caught.value)

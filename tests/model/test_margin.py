@@ -20,10 +20,10 @@ from orchestra import (
     RunResult,
     Status,
 )
-from orchestra._cli.demo import demo_agent, demo_task
 from orchestra._model.margin import PAD
 from orchestra._model.provider import _clean_message
 from orchestra._money import from_usd
+from orchestra._recipes.demo import demo_agent, demo_task
 from orchestra.testing import reply as scripted_reply
 
 Usage = dict[str, Any]

@@ -17,7 +17,7 @@ from orchestra import (
     Runner,
     Status,
 )
-from orchestra._cli.demo import demo_agent, demo_task
+from orchestra._recipes.demo import demo_agent, demo_task
 from orchestra.testing import ScriptedTransport
 
 Fault = Callable[[httpx.Request], httpx.Response]
@@ -32,7 +32,24 @@ def status(code: int, **headers: str) -> Fault:
 
 
 def reset(request: httpx.Request) -> httpx.Response:
-    raise httpx.ConnectError("connection reset by peer", request=request)
+    raise httpx.ReadError("connection reset by peer", request=request)
+
+
+def refused(request: httpx.Request) -> httpx.Response:
+    raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+
+
+class AnswersThen(httpx.AsyncBaseTransport):
+    """Answers its first request as the scripted provider, then plays ``faults``."""
+
+    def __init__(self, *faults: Fault) -> None:
+        self.inner = FaultyTransport()
+        self.later = list(faults)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self.inner.requests == 1 and self.later:
+            self.inner.faults, self.later = self.later, []
+        return await self.inner.handle_async_request(request)
 
 
 def garbage(request: httpx.Request) -> httpx.Response:
@@ -149,3 +166,61 @@ def test_a_policy_needs_one_attempt_at_least():
 
     with pytest.raises(ConfigError, match="attempts"):
         RetryPolicy(attempts=0)
+
+
+async def test_a_refused_connection_to_an_endpoint_that_never_answered_fails_at_once(
+    sandbox, autojump_clock
+):
+    events: list = []
+    transport = FaultyTransport(*[refused] * 20)
+    result = await runner_over(transport, events).run(plan_agent(sandbox), demo_task("plan"))
+    assert result.status is Status.FAILED and not result.status.resumable
+    assert "cannot connect to http://s/v1: Connection refused" in result.state.reason
+    assert "nothing has answered there" in result.state.reason
+    assert transport.requests == 1 and trio.current_time() == 0
+    assert not [e for e in events if e.type == "model_retry"]
+
+
+async def test_a_refused_connection_after_an_answer_is_an_outage_and_retried(
+    sandbox, autojump_clock
+):
+    events: list = []
+    transport = AnswersThen(refused, refused)
+    result = await runner_over(transport, events).run(plan_agent(sandbox), demo_task("plan"))
+    assert result.status is Status.COMPLETED
+    retries = [e.data for e in events if e.type == "model_retry"]
+    assert [r["attempt"] for r in retries] == [2, 3]
+    assert all("Connection refused" in r["error"] and r["wait_s"] > 0 for r in retries)
+
+
+async def test_wait_for_server_retries_a_refusing_endpoint_for_that_long(sandbox, autojump_clock):
+    events: list = []
+    transport = FaultyTransport(*[refused] * 4)
+    runner = runner_over(transport, events, retry=RetryPolicy(wait_for_server_s=10))
+    result = await runner.run(plan_agent(sandbox), demo_task("plan"))
+    assert result.status is Status.COMPLETED and transport.requests == 4 + 3
+    assert [e.data["wait_s"] for e in events if e.type == "model_retry"] == [0.5] * 4
+
+    events.clear()
+    transport = FaultyTransport(*[refused] * 100)
+    runner = runner_over(transport, events, retry=RetryPolicy(wait_for_server_s=2))
+    start = trio.current_time()
+    result = await runner.run(plan_agent(sandbox), demo_task("plan"))
+    assert result.status is Status.FAILED and "Connection refused" in result.state.reason
+    assert trio.current_time() - start == 2.0 and transport.requests == 5
+
+
+async def test_each_retry_is_told_before_its_wait_with_the_wait(sandbox, autojump_clock):
+    told: list[tuple[float, float]] = []
+
+    def sink(event) -> None:
+        if event.type == "model_retry":
+            told.append((trio.current_time(), event.data["wait_s"]))
+
+    transport = FaultyTransport(status(503), status(503))
+    provider = OpenAIProvider(base_url="http://s/v1", api_key="k", transport=transport)
+    policy = RetryPolicy(wait_initial=2, wait_jitter=0)
+    runner = Runner(provider=provider, sink=sink, retry=policy)
+    result = await runner.run(plan_agent(sandbox), demo_task("plan"))
+    assert result.status is Status.COMPLETED
+    assert told == [(0.0, 2.0), (2.0, 4.0)]  # said when it failed; waits doubling

@@ -23,8 +23,8 @@ from orchestra import (
     RecordingTracerProvider,
     Runner,
 )
-from orchestra._cli.demo import demo_task
 from orchestra._model.provider import parse_reply, provider_name_for
+from orchestra._recipes.demo import demo_task
 from orchestra._redact import REDACTED
 from orchestra._telemetry.otel import (
     SCHEMA_URL,

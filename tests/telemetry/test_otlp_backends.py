@@ -35,7 +35,7 @@ import pytest
 
 T = TypeVar("T")
 
-ORCHESTRA = [sys.executable, "-c", "from orchestra._main import run; run()"]
+ORCHESTRA = [sys.executable, "-c", "from orchestra._cli.main import run; run()"]
 POLL_TIMEOUT_S = 20.0
 COST_TOLERANCE = 1e-9
 EXIT_INTERRUPTED = 6

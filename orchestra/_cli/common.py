@@ -1,0 +1,231 @@
+"""Options that several commands share, each written once.
+
+``demo``, ``run`` and ``resume`` report a tree the same way (:class:`Output`:
+``--trace``, ``--store``, ``--json``, ``--otlp``…); ``demo`` and ``run`` limit
+and price it the same way (:class:`TreeOptions`: ``--max-budget``,
+``--timeout``, ``--max-tokens-budget``, prices, ``--dedupe``, ``--mcp``…). A
+bundle's options reach the command as one frozen object, not as a dozen
+parameters.
+
+This module is imported by ``orchestra --help``: it imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import wraps
+from typing import Any, TypeVar
+
+import attrs
+import click
+
+from .._recipes.money import Money
+from .._telemetry.otlp_protocol import PROTOCOLS
+from .options import PRICE, SECONDS, TOKENS, USD, Number, OutputFile, count
+from .stores import store_option
+
+__all__ = [
+    "Output",
+    "TreeOptions",
+    "api_key_option",
+    "json_option",
+    "output_options",
+    "tokens_option",
+    "tree_options",
+]
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+T = TypeVar("T")
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+
+
+def bundled(keyword: str, cls: type[T], options: Sequence[Decorator]) -> Decorator:
+    """A decorator adding ``options`` to a command that receives their values
+    as one ``cls`` instance in ``keyword`` (``cls``'s fields name the values)."""
+    names = [field.name for field in attrs.fields(cls)]  # type: ignore[arg-type]
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            value = cls(**{name: kwargs.pop(name) for name in names})
+            return fn(*args, **{keyword: value}, **kwargs)
+
+        command: Callable[..., Any] = wrapper
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def api_key_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--api-key`` (never saved; ``$OPENAI_API_KEY`` by default)."""
+    return click.option(
+        "--api-key",
+        envvar="OPENAI_API_KEY",
+        default="",
+        show_envvar=True,
+        metavar="KEY",
+        help="Bearer key for the endpoint; never saved with the run.",
+    )(fn)
+
+
+def max_budget_option(help_text: str) -> Decorator:
+    """``--max-budget`` in USD (finite, at most a million)."""
+    return click.option("--max-budget", type=USD, default=None, metavar="USD", help=help_text)
+
+
+def timeout_option(help_text: str) -> Decorator:
+    """``--timeout`` in seconds (finite)."""
+    return click.option("--timeout", type=SECONDS, default=None, metavar="SECONDS", help=help_text)
+
+
+tokens_option = click.option(
+    "--max-tokens-budget",
+    "max_tokens_total",
+    type=TOKENS,
+    default=None,
+    help="Tokens (prompt + completion) for the whole tree; needs no prices.",
+)
+
+money_options = bundled(
+    "money",
+    Money,
+    [
+        click.option(
+            "--price-in",
+            type=PRICE,
+            default=None,
+            metavar="USD",
+            help="USD per million input tokens. [default: the model's known price, else assumed]",
+        ),
+        click.option(
+            "--price-out",
+            type=PRICE,
+            default=None,
+            metavar="USD",
+            help="USD per million output tokens.",
+        ),
+        click.option(
+            "--margin-ratio",
+            type=Number(max=10.0),
+            default=0.0,
+            help="Least extra share of our prompt count to reserve (the margin is also learnt).",
+        ),
+        click.option(
+            "--margin-tokens",
+            type=count(10**7),
+            default=0,
+            help="Least extra prompt tokens to reserve per call.",
+        ),
+    ],
+)
+
+
+@attrs.frozen(kw_only=True)
+class Output:
+    """Where a command that runs a tree reports it: trace file, store, JSON, spans."""
+
+    trace: str | None
+    store_path: str | None
+    as_json: bool
+    otlp: bool
+    otlp_protocol: str | None
+    otlp_endpoint: str | None
+    provider_name: str | None
+    capture_content: bool
+
+
+output_options = bundled(
+    "output",
+    Output,
+    [
+        click.option(
+            "--trace",
+            type=OutputFile(),
+            default=None,
+            metavar="FILE",
+            help="Append the run's events to FILE as JSON lines (- for stderr).",
+        ),
+        store_option,
+        json_option,
+        click.option("--otlp", is_flag=True, help="Export OpenTelemetry spans over OTLP."),
+        click.option(
+            "--otlp-protocol",
+            type=click.Choice(PROTOCOLS),
+            default=None,
+            help="Overrides OTEL_EXPORTER_OTLP_PROTOCOL.",
+        ),
+        click.option(
+            "--otlp-endpoint",
+            default=None,
+            metavar="URL",
+            help="Overrides OTEL_EXPORTER_OTLP_ENDPOINT.",
+        ),
+        click.option(
+            "--provider-name",
+            default=None,
+            metavar="NAME",
+            help="gen_ai.provider.name on spans (default: from the endpoint's host, e.g. "
+            "openai for api.openai.com); a resume keeps the one the run started with.",
+        ),
+        click.option(
+            "--capture-content",
+            is_flag=True,
+            help="Record messages, tool arguments and results on spans (redacted, bounded; "
+            "also OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true).",
+        ),
+    ],
+)
+
+
+@attrs.frozen(kw_only=True)
+class TreeOptions:
+    """How a new tree is limited, priced and equipped (``demo`` and ``run`` alike)."""
+
+    max_budget: float | None
+    timeout: float | None
+    max_tokens_total: int | None
+    money: Money
+    dedupe: bool
+    mcp_commands: tuple[str, ...]
+    mcp_urls: tuple[str, ...]
+
+    @property
+    def mcp(self) -> tuple[str, ...]:
+        """Every MCP server, commands then URLs."""
+        return (*self.mcp_commands, *self.mcp_urls)
+
+
+tree_options = bundled(
+    "tree",
+    TreeOptions,
+    [
+        money_options,
+        max_budget_option(
+            "USD for the whole tree (priced by --price-in/--price-out, else the model's "
+            "known price)."
+        ),
+        timeout_option("Seconds for the whole tree."),
+        tokens_option,
+        click.option(
+            "--dedupe", is_flag=True, help="Answer repeated read-only calls from the transcript."
+        ),
+        click.option(
+            "--mcp",
+            "mcp_commands",
+            multiple=True,
+            metavar="COMMAND",
+            help="An MCP server to start, e.g. 'python examples/mcp_files.py DIR' (repeatable): "
+            "its tools join the agent's, replacing catalog tools of the same name.",
+        ),
+        click.option(
+            "--mcp-url",
+            "mcp_urls",
+            multiple=True,
+            metavar="URL",
+            help="An MCP server over streamable HTTP (repeatable).",
+        ),
+    ],
+)

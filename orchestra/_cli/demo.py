@@ -1,0 +1,161 @@
+"""``orchestra demo``: a scenario against the embedded scripted provider."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import attrs
+import click
+from click.shell_completion import CompletionItem
+
+from .._exceptions import OrchestraError
+from .common import Output, TreeOptions, output_options, tree_options
+from .options import SECONDS, TURNS, USD
+
+__all__ = ["demo"]
+
+
+class ScenarioType(click.types.StringParamType):
+    """A demo scenario, optionally with fault modifiers: ``plan``, ``plan+429x3``."""
+
+    name = "scenario"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "SCENARIO[+FAULT[xN]...]"  # the scenarios are listed in the help, one a line
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from .._recipes.demo import parse_scenario
+
+        name = super().convert(value, param, ctx)
+        try:
+            parse_scenario(name)
+        except OrchestraError as exc:
+            self.fail(str(exc), param, ctx)
+        return name
+
+    def shell_complete(
+        self, ctx: click.Context, param: click.Parameter, incomplete: str
+    ) -> list[CompletionItem]:
+        from .._recipes.demo import SCENARIOS
+
+        return [CompletionItem(s) for s in SCENARIOS if s.startswith(incomplete)]
+
+
+class DemoCommand(click.Command):
+    """``orchestra demo``: its help lists each scenario with what it does."""
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from .._recipes.demo import SCENARIOS
+        from .._scripted.scenarios import SCENARIOS as SCRIPTS
+
+        super().format_help_text(ctx, formatter)
+        with formatter.section("Scenarios"):
+            formatter.write_dl([(name, SCRIPTS[name].description) for name in SCENARIOS])
+
+
+def _sandbox(directory: str | None) -> Path:
+    from .._scripted import make_sandbox
+
+    if directory is None:
+        return make_sandbox(tempfile.mkdtemp(prefix="orchestra-demo-"))
+    path = Path(directory)
+    return path if path.is_dir() and any(path.iterdir()) else make_sandbox(path)
+
+
+@click.command(cls=DemoCommand)
+@click.argument("scenario", type=ScenarioType())
+@click.option(
+    "--max-turns",
+    type=TURNS,
+    default=None,
+    help="Model calls for the whole tree. [default: 20; slow_tree: 2 + 2 per child]",
+)
+@click.option(
+    "--child-budget",
+    type=USD,
+    default=0.05,
+    show_default=True,
+    metavar="USD",
+    help="USD each research child may spend (its own tree).",
+)
+@click.option(
+    "--child-turns",
+    type=TURNS,
+    default=8,
+    show_default=True,
+    help="Model calls each research child may make.",
+)
+@click.option(
+    "--children",
+    type=click.IntRange(1, 100),
+    default=None,
+    help="slow_tree: how many children. [default: 3]",
+)
+@click.option(
+    "--errors",
+    type=click.Choice(["detailed", "generic"]),
+    default="detailed",
+    show_default=True,
+    help="How tool errors are worded for the model.",
+)
+@click.option("--fatal-errors", is_flag=True, help="Any tool error fails the run.")
+@click.option(
+    "--cancel-after",
+    type=SECONDS,
+    default=None,
+    metavar="SECONDS",
+    help="Press Stop after this many seconds.",
+)
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Sandbox directory (made, with the demo files, if missing or empty). "
+    "[default: a new temporary directory]",
+)
+@tree_options
+@output_options
+def demo(
+    scenario: str,
+    max_turns: int | None,
+    child_budget: float,
+    child_turns: int,
+    children: int | None,
+    errors: str,
+    fatal_errors: bool,
+    cancel_after: float | None,
+    directory: str | None,
+    tree: TreeOptions,
+    output: Output,
+) -> None:
+    """Run SCENARIO against the embedded scripted provider.
+
+    SCENARIO may add faults, SCENARIO+FAULT[xN]...: an HTTP status (429, 500,
+    401, ...), hang, garbage, truncated, reset, nousage or promptPCT; the first
+    N requests (default 1) meet each. `orchestra resume` plays no faults.
+    """
+    from .._recipes.demo import demo_task, parse_scenario
+    from .._recipes.recipe import Recipe
+    from . import start
+
+    recipe = Recipe(
+        directory=str(_sandbox(directory)),
+        scenario=scenario,
+        dedupe=tree.dedupe,
+        errors=errors,
+        fatal_errors=fatal_errors,
+        child_budget=child_budget,
+        child_turns=child_turns,
+        provider_name=output.provider_name,
+        mcp=tree.mcp,
+        **attrs.asdict(tree.money),
+    )
+    if max_turns is None:
+        slow_tree = parse_scenario(scenario)[0] == "slow_tree"
+        max_turns = 2 + 2 * (children or 3) if slow_tree else 20
+    session, spans = start.session(recipe, output, cancel_after=cancel_after)
+    task = demo_task(scenario, children)
+    start.start(session, start.limits(max_turns, tree), task, output, spans)

@@ -1,0 +1,128 @@
+"""``orchestra run``: a task with the file catalog against any OpenAI-compatible endpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+import click
+
+from .._recipes.recipe import RUN_MAX_TOKENS, RUN_TIMEOUT_S
+from .common import Output, TreeOptions, api_key_option, output_options, tree_options
+from .options import MAX_SECONDS, READ_ONLY_TOOLS, TURNS, Number, ToolNames, count
+
+__all__ = ["run_command"]
+
+
+@click.command("run")
+@click.argument("task")
+@click.option(
+    "--base-url",
+    envvar=["OPENAI_BASE_URL", "LLM_BASE_URL"],
+    show_envvar=True,
+    required=True,
+    metavar="URL",
+    help="The OpenAI-compatible endpoint, e.g. http://localhost:8080/v1.",
+)
+@api_key_option
+@click.option("--model", required=True, metavar="NAME", help="The model name the endpoint expects.")
+@click.option(
+    "--instructions",
+    default="",
+    metavar="TEXT",
+    help="The system message: who the agent is and how it works. [default: none]",
+)
+@click.option(
+    "--tools",
+    type=ToolNames(),
+    default=",".join(READ_ONLY_TOOLS),
+    show_default=True,
+    help="Catalog tools to offer, by name or first word: list_files, read_file, "
+    "delete_file (asks a human first), scan_archive (the demo's canned slow scan).",
+)
+@click.option("--max-turns", type=TURNS, default=20, show_default=True, help="Model calls.")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, exists=True),
+    default=".",
+    show_default=True,
+    help="The sandbox: the only directory the tools see (said on stderr at the start).",
+)
+@click.option(
+    "--recover-tool-calls",
+    is_flag=True,
+    help="Read tool calls a model wrote as JSON text in its answer (declared tools only).",
+)
+@click.option(
+    "--request-timeout",
+    type=Number(max=MAX_SECONDS, min_open=True),
+    default=RUN_TIMEOUT_S,
+    show_default=True,
+    metavar="SECONDS",
+    help="Seconds to wait for one model reply (a local model on a CPU is slow).",
+)
+@click.option(
+    "--max-tokens",
+    type=count(1_000_000, low=1),
+    default=RUN_MAX_TOKENS,
+    show_default=True,
+    help="Most tokens per reply (the budget may lower it).",
+)
+@click.option(
+    "--wait-for-server",
+    "wait_for_server_s",
+    type=Number(max=MAX_SECONDS),
+    default=0.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Keep retrying an endpoint that refuses connections for this long (a server "
+    "still starting); by default a refused connection fails the run at once.",
+)
+@tree_options
+@output_options
+def run_command(
+    task: str,
+    base_url: str,
+    api_key: str,
+    model: str,
+    instructions: str,
+    tools: tuple[str, ...],
+    max_turns: int,
+    directory: str,
+    recover_tool_calls: bool,
+    request_timeout: float,
+    max_tokens: int,
+    wait_for_server_s: float,
+    tree: TreeOptions,
+    output: Output,
+) -> None:
+    """Run TASK with the file catalog against any OpenAI-compatible endpoint.
+
+    The endpoint and key may come from $OPENAI_BASE_URL and $OPENAI_API_KEY.
+    The tools see only the sandbox directory (--dir, the current one by
+    default); they read only, unless --tools offers delete_file. Everything
+    but the key is saved with the run, so `orchestra resume` rebuilds the same
+    agent.
+    """
+    from .._recipes.recipe import Recipe
+    from . import start
+
+    recipe = Recipe(
+        directory=str(Path(directory).resolve()),
+        base_url=base_url,
+        model=model,
+        instructions=instructions,
+        tools=tools,
+        dedupe=tree.dedupe,
+        recover_tool_calls=recover_tool_calls,
+        request_timeout=request_timeout,
+        max_tokens=max_tokens,
+        wait_for_server_s=wait_for_server_s,
+        provider_name=output.provider_name,
+        mcp=tree.mcp,
+        **attrs.asdict(tree.money),
+    )
+    click.echo(f"sandbox: {recipe.directory} (tools: {', '.join(tools)})", err=True)
+    session, spans = start.session(recipe, output, api_key=api_key)
+    start.start(session, start.limits(max_turns, tree), task, output, spans)

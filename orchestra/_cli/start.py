@@ -1,0 +1,153 @@
+"""Running a tree from a command until it stops, then reporting it.
+
+``demo``, ``run`` and ``resume`` share this: tracing as ``--otlp`` asks,
+the run id said on stderr as soon as the run exists, the tree run under
+the session's supervision (signals, live view), then the report (a tree for
+people, JSON with ``--json``) and the exit code of its status.
+
+Modules that run trees (trio, the runner, the tokenizer, OpenTelemetry) are
+imported inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from .._state import Limits
+from .._views.exits import status_exit
+from .._views.output import print_tree, print_waiting
+from .common import Output, TreeOptions
+from .stores import is_distributed, new_store, store_flag
+
+if TYPE_CHECKING:
+    from .._recipes.recipe import Recipe
+    from .._result import RunResult
+    from .._runner import Runner
+    from .._tools import Tool
+    from .session import Session
+
+__all__ = ["Go", "drive", "finish", "limits", "session", "start", "tell_started"]
+
+Go = Callable[["Runner", "tuple[Tool, ...]"], Awaitable["RunResult"]]
+
+
+def limits(max_turns: int | None, tree: TreeOptions) -> Limits:
+    """The limits of a new tree."""
+    return Limits(
+        max_turns=max_turns,
+        max_budget_usd=tree.max_budget,
+        timeout_s=tree.timeout,
+        max_tokens_total=tree.max_tokens_total,
+    )
+
+
+def session(
+    recipe: Recipe,
+    output: Output,
+    *,
+    store: Any = None,
+    api_key: str = "",
+    cancel_after: float | None = None,
+) -> tuple[Session, Any]:
+    """The session that runs ``recipe`` as ``output`` says, and its spans (or None)."""
+    from .session import Session
+
+    tracer, spans = _tracing(output)
+    made = Session(
+        recipe=recipe,
+        store=new_store(output.store_path) if store is None else store,
+        trace=output.trace,
+        api_key=api_key,
+        cancel_after=cancel_after,
+        tracer=tracer,
+        live=not output.as_json,
+    )
+    return made, spans
+
+
+def _tracing(output: Output) -> tuple[Any, Any]:
+    if not output.otlp:
+        return None, None
+    from .._telemetry.otel import OTelTracer, configure_otlp
+
+    provider = configure_otlp(protocol=output.otlp_protocol, endpoint=output.otlp_endpoint)
+    capture = True if output.capture_content else None  # None: the environment decides
+    return OTelTracer(tracer_provider=provider, capture_content=capture), provider
+
+
+def tell_started(run_id: str, output: Output) -> None:
+    """Say on stderr, at once, which run this is and how to stop it from elsewhere."""
+    click.echo(
+        f"run {run_id} started (stop it with: orchestra cancel {run_id}"
+        f"{store_flag(output.store_path)})",
+        err=True,
+    )
+
+
+def start(session: Session, tree_limits: Limits, task: str, output: Output, spans: Any) -> None:
+    """Run ``task`` as a new tree (here, or on the workers of a PostgreSQL store)."""
+    from .._execute import new_run_id
+    from .._model.tokens import encoding
+
+    if is_distributed(output.store_path):
+        from ..distributed._cli import submit_and_follow
+
+        assert output.store_path is not None
+        result, ms = submit_and_follow(output.store_path, session.recipe, tree_limits, task)
+        finish(result, session, ms, output, spans)
+        return
+    encoding()  # load the tokenizer before the clock starts
+    root_id = new_run_id()
+
+    async def go(runner: Runner, mcp_tools: tuple[Tool, ...]) -> RunResult:
+        agent = session.recipe.agent(tree_limits, mcp_tools)
+        return await runner.run(agent, task, run_id=root_id, metadata=session.recipe.metadata())
+
+    tell_started(root_id, output)
+    result, elapsed = drive(session, root_id, go)
+    finish(result, session, elapsed, output, spans)
+
+
+def drive(session: Session, root_id: str, go: Go) -> tuple[RunResult, float]:
+    """Run ``go`` under the session's supervision on trio; its result and elapsed ms."""
+    import trio
+
+    from .session import supervise
+
+    return trio.run(supervise, session, root_id, go)
+
+
+def finish(
+    result: RunResult, session: Session, elapsed: float | None, output: Output, spans: Any
+) -> None:
+    """Print the tree's report (and send its last spans), then exit with its status."""
+    from .._views.report import report
+
+    out = report(result, session.store, elapsed, session.recipe.directory)
+    if output.as_json:
+        if spans is not None:
+            out["spans_exported"] = _export_spans(spans)
+        click.echo(json.dumps(out, sort_keys=True))
+    else:
+        print_tree({**out, "trace_id": None})  # said below, once its spans are sent
+        print_waiting(out, store_flag(output.store_path))
+        sys.stdout.flush()  # the result shows now; exporting the last spans may take longer
+        if spans is not None:
+            exported = _export_spans(spans)
+            click.echo(f"trace: {out['trace_id']}" if exported else "trace: not exported")
+    sys.exit(status_exit(result.status))
+
+
+def _export_spans(spans: Any) -> bool:
+    """Send the last spans, for 2 s at most; if they were not exported, say why on stderr."""
+    from .._telemetry.otel import finish_export
+
+    why = finish_export(spans)
+    if why is not None:
+        click.echo(f"warning: spans were not exported: {why}", err=True)
+    return why is None

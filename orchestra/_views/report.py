@@ -1,0 +1,152 @@
+"""A saved tree as one report: its results, what each process's events add
+(per-turn prompt tokens, retries, the human decisions), and how long it ran.
+
+The command line prints it (``show``, the end of ``demo``/``run``/``resume``),
+prints it as JSON, and the web console draws it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from .._exceptions import RunNotFound
+from .._result import RunResult, child_order
+from .._state import RunState, Status
+from .._stores.contract import Store
+
+__all__ = ["decisions", "report", "tree_result", "with_stored_children"]
+
+
+def tree_result(states: list[RunState], root_id: str) -> RunResult:
+    """A result tree from saved states (as ``store.tree`` returns them), each
+    run's children in the order of the calls that started them."""
+    by_parent: dict[str | None, list[RunState]] = {}
+    for state in states:
+        by_parent.setdefault(state.parent_id, []).append(state)
+
+    def build(state: RunState) -> RunResult:
+        kids = sorted(by_parent.get(state.run_id, []), key=child_order(state))
+        return RunResult(state=state, children=tuple(build(k) for k in kids))
+
+    root = next(s for s in states if s.run_id == root_id)
+    return build(root)
+
+
+def report(
+    result: RunResult, store: Store, elapsed_ms: float | None, directory: str | None
+) -> dict[str, Any]:
+    """The JSON report of a tree, with what every process's events add: per-turn
+    prompt tokens, model retries, the human decision on each call that asked
+    for one, and the time the root ran."""
+    result = with_stored_children(result, store)
+    events: dict[str, list[dict[str, Any]]] = {}
+    for event in store.events(root_id=result.state.root_id):
+        events.setdefault(event["run_id"], []).append(event)
+    states = {r.run_id: r.state for r in result.walk()}
+
+    def add(summary: dict[str, Any]) -> dict[str, Any]:
+        own = events.get(summary["run_id"], [])
+        summary["per_turn_prompt_tokens"] = [
+            int(e["prompt_tokens"]) for e in own if e["type"] == "turn"
+        ]
+        summary["model_retries"] = sum(e["type"] == "model_retry" for e in own)
+        summary["decisions"] = decisions(states[summary["run_id"]], own)
+        summary["children"] = [add(c) for c in summary["children"]]
+        return summary
+
+    out = add(result.summary())
+    ran_s = max(result.state.elapsed_s, _ran_s(events.get(result.run_id, [])))
+    out["elapsed_ms"] = None if elapsed_ms is None else round(elapsed_ms, 1)
+    out["total_elapsed_ms"] = round(ran_s * 1000, 1)
+    out["dir"] = directory
+    parent = result.state.trace_context.get("traceparent", "")
+    out["trace_id"] = parent.split("-")[1] if parent.count("-") == 3 else None
+    return out
+
+
+def with_stored_children(result: RunResult, store: Store) -> RunResult:
+    """``result`` with the children it has in the store but not in memory: a
+    resumed run's children that finished in an earlier process."""
+    have = {child.run_id: child for child in result.children}
+    kids = []
+    for child_id in result.state.children.values():
+        child = have.pop(child_id, None)
+        if child is None:
+            try:
+                child = RunResult(state=store.load(child_id))
+            except RunNotFound:  # bound to its call, but the process died before its first save
+                continue
+        kids.append(with_stored_children(child, store))
+    kids += [with_stored_children(child, store) for child in have.values()]
+    return attrs.evolve(result, children=tuple(kids))
+
+
+def _ran_s(events: list[dict[str, Any]]) -> float:
+    """Seconds a run ran, from its ``run_started``/``run_stopped`` pairs (every
+    process that ran it); a start with no stop (a crash) counts nothing."""
+    total, started = 0.0, None
+    for event in events:
+        if event["type"] == "run_started":
+            started = event["at"]
+        elif event["type"] == "run_stopped" and started is not None:
+            total += max(event["at"] - started, 0.0)
+            started = None
+    return total
+
+
+def decisions(state: RunState, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each call of this run that waited for a human, and what was decided.
+
+    ``decision`` is ``approved``, ``rejected``, ``waiting`` (nobody decided
+    yet) or ``undecided`` (the run stopped otherwise); ``done`` says whether a
+    resume has acted on it (the approved call started, the rejection was
+    answered to the model).
+    """
+    asked: dict[str, tuple[int, dict[str, Any]]] = {}
+    for index, event in enumerate(events):
+        waiting = event.get("interruption") if event["type"] == "run_stopped" else None
+        if waiting is not None and _asks(waiting, state.run_id):
+            asked.pop(waiting["call_id"], None)  # asked again: this is the latest
+            asked[waiting["call_id"]] = (index, waiting)
+    current = state.interruption.to_dict() if state.interruption else None
+    if current is not None and _asks(current, state.run_id) and current["call_id"] not in asked:
+        asked[current["call_id"]] = (len(events), current)
+    return [_decision(state, events, since, waiting) for since, waiting in asked.values()]
+
+
+def _asks(interruption: dict[str, Any], run_id: str) -> bool:
+    return (
+        interruption.get("kind") in ("approval", "unknown_outcome")
+        and interruption.get("run_id") == run_id
+        and bool(interruption.get("call_id"))
+    )
+
+
+def _decision(
+    state: RunState, events: list[dict[str, Any]], since: int, waiting: dict[str, Any]
+) -> dict[str, Any]:
+    call_id = waiting["call_id"]
+    later = [e for e in events[since:] if e.get("call_id") == call_id]
+    started = any(e["type"] == "tool_start" for e in later)
+    answered = any(e["type"] == "tool_result" and e.get("decided") for e in later)
+    reason = None
+    if call_id in state.rejections:
+        decision, done, reason = "rejected", answered, state.rejections[call_id] or None
+    elif started or any(a.call_id == call_id for a in state.approvals):
+        decision, done = "approved", started
+    else:
+        now = state.interruption if state.status is Status.INTERRUPTED else None
+        decision = "waiting" if now is not None and now.call_id == call_id else "undecided"
+        done = False
+    return {
+        "call_id": call_id,
+        "tool": waiting.get("tool"),
+        "arguments": waiting.get("arguments"),
+        "kind": waiting.get("kind"),
+        "asked": waiting.get("reason", ""),
+        "decision": decision,
+        "reason": reason,
+        "done": done,
+    }
