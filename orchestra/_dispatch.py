@@ -226,7 +226,8 @@ def _decide_first(run: LiveRun, calls: list[dict[str, Any]]) -> list[Call]:
         checked = _over_cap(run, index) or _check(run, raw)
         text = checked if isinstance(checked, str) else _deduped(cache, checked)
         if text is not None:
-            _decided(run, str((raw.get("function") or {}).get("name")), raw["id"], text, save=False)
+            name = str((raw.get("function") or {}).get("name"))
+            _decided(run, name, raw["id"], text, save=False, reused=not isinstance(checked, str))
             decided += 1
         elif isinstance(checked, Call):
             ready.append(checked)
@@ -246,9 +247,21 @@ def _over_cap(run: LiveRun, index: int) -> str | None:
     )
 
 
-def _decided(run: LiveRun, tool: str, call_id: str, text: str, *, save: bool = True) -> None:
+def _decided(
+    run: LiveRun, tool: str, call_id: str, text: str, *, save: bool = True, reused: bool = False
+) -> None:
+    """Answer a call the code decided (refused, or answered from an identical earlier
+    call's result when ``reused``) in words, without running it."""
+    extra = {"deduplicated": True} if reused else {}
     run.emit(
-        "tool_result", tool=tool, call_id=call_id, ms=0.0, ok=False, decided=True, result=text[:200]
+        "tool_result",
+        tool=tool,
+        call_id=call_id,
+        ms=0.0,
+        ok=reused,
+        decided=True,
+        result=text[:200],
+        **extra,
     )
     record_result(run, call_id, text, save=save)
 

@@ -1,7 +1,7 @@
 """The ``orchestra`` command line: one module per command (or small family).
 
 :mod:`.main` is the click group and the console script's entry point; it adds
-:mod:`.demo`, :mod:`.run`, :mod:`.resume`, :mod:`.decide` (approve, reject),
+:mod:`.demo`, :mod:`.run_task` (run), :mod:`.resume`, :mod:`.decide` (approve, reject),
 :mod:`.cancel`, :mod:`.reads` (runs, show, trace) and :mod:`.serve` (console,
 worker, serve-scripted, mcp list). They share the options in :mod:`.common`
 and :mod:`.options`, the store a ``--store`` names (:mod:`.stores`), running a

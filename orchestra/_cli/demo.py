@@ -6,7 +6,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import attrs
 import click
 from click.shell_completion import CompletionItem
 
@@ -138,20 +137,17 @@ def demo(
     N requests (default 1) meet each. `orchestra resume` plays no faults.
     """
     from .._recipes.demo import demo_task, parse_scenario
-    from .._recipes.recipe import Recipe
     from . import start
 
-    recipe = Recipe(
+    recipe = start.recipe(
+        tree,
+        output,
         directory=str(_sandbox(directory)),
         scenario=scenario,
-        dedupe=tree.dedupe,
         errors=errors,
         fatal_errors=fatal_errors,
         child_budget=child_budget,
         child_turns=child_turns,
-        provider_name=output.provider_name,
-        mcp=tree.mcp,
-        **attrs.asdict(tree.money),
     )
     if max_turns is None:
         slow_tree = parse_scenario(scenario)[0] == "slow_tree"

@@ -19,7 +19,7 @@ from .demo import demo
 from .errors import OrchestraGroup
 from .reads import runs, show, trace
 from .resume import resume
-from .run import run_command
+from .run_task import run_command
 from .serve import console_command, mcp_group, serve_scripted_command, worker_command
 
 __all__ = ["main", "run"]

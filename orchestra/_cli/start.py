@@ -16,6 +16,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import click
 
 from .._state import Limits
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from .._tools import Tool
     from .session import Session
 
-__all__ = ["Go", "drive", "finish", "limits", "session", "start", "tell_started"]
+__all__ = ["Go", "drive", "finish", "limits", "recipe", "session", "start", "tell_started"]
 
 Go = Callable[["Runner", "tuple[Tool, ...]"], Awaitable["RunResult"]]
 
@@ -44,6 +45,20 @@ def limits(max_turns: int | None, tree: TreeOptions) -> Limits:
         timeout_s=tree.timeout,
         max_tokens_total=tree.max_tokens_total,
     )
+
+
+def recipe(tree: TreeOptions, output: Output, **fields: Any) -> Recipe:
+    """A new tree's recipe: ``fields``, and what ``demo`` and ``run`` take alike from
+    the shared options (dedupe, MCP servers, prices, the provider's name)."""
+    from .._recipes.recipe import Recipe
+
+    shared: dict[str, Any] = {
+        "dedupe": tree.dedupe,
+        "mcp": tree.mcp,
+        "provider_name": output.provider_name,
+        **attrs.asdict(tree.money),
+    }
+    return Recipe(**shared, **fields)
 
 
 def session(
@@ -106,9 +121,9 @@ def start(session: Session, tree_limits: Limits, task: str, output: Output, span
 
     async def go(runner: Runner, mcp_tools: tuple[Tool, ...]) -> RunResult:
         agent = session.recipe.agent(tree_limits, mcp_tools)
+        tell_started(root_id, output)
         return await runner.run(agent, task, run_id=root_id, metadata=session.recipe.metadata())
 
-    tell_started(root_id, output)
     result, elapsed = drive(session, root_id, go)
     finish(result, session, elapsed, output, spans)
 

@@ -26,6 +26,7 @@ import email.utils
 import functools
 import json
 import os
+import re
 from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -342,7 +343,7 @@ def _connect_failure(exc: BaseException) -> str:
         if isinstance(found, BaseExceptionGroup):
             seen.extend(found.exceptions)
         seen.extend(e for e in (found.__cause__, found.__context__) if e is not None)
-    return str(exc)
+    return re.sub(r"^\[Errno -?\d+\] ", "", str(exc))
 
 
 def retry_after(value: str | None, *, now: datetime | None = None) -> float | None:

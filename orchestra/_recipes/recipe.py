@@ -216,12 +216,12 @@ class Recipe:
             finally:
                 await provider.aclose()
             return
-        from .._scripted.server import scripted_server
+        from .._scripted.server import DEMO_API_KEY, scripted_server
 
         async with scripted_server(faults=self.faults) as url:
             provider = OpenAIProvider(
                 base_url=url,
-                api_key="scripted",
+                api_key=DEMO_API_KEY,
                 timeout=DEMO_TIMEOUT_S,
                 provider_name=self.provider_name or SCRIPTED_PROVIDER,
             )

@@ -24,7 +24,11 @@ import trio
 from .faults import FaultCounter, Prepared, truncated
 from .scenarios import LATENCY_HEADER, Answer
 
-__all__ = ["scripted_server", "serve_scripted"]
+__all__ = ["DEMO_API_KEY", "scripted_server", "serve_scripted"]
+
+DEMO_API_KEY = "sk-orchestra-scripted-demo"
+"""The key the demos send to the scripted server: shaped like a key, so that it is
+redacted as one (a 401 fault echoes it) while the word "scripted" stays readable."""
 
 log = logging.getLogger("orchestra.testing")
 

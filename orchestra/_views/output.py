@@ -55,7 +55,7 @@ def _footer(report: dict[str, Any]) -> Iterator[Text]:
     stopped = Text.assemble("stopped: ", status_text(report["status"]))
     if report.get("reason"):
         stopped.append(f" ({report['reason']})")
-    ms = report.get("total_elapsed_ms") or report.get("elapsed_ms")
+    ms = report.get("run_elapsed_ms") or report.get("command_elapsed_ms")
     if ms:
         stopped.append(f" after {duration(ms)}")
     yield stopped
@@ -67,6 +67,10 @@ def _footer(report: dict[str, Any]) -> Iterator[Text]:
     if report.get("budget_tokens") is not None:
         spent += f" of {tokens(report['budget_tokens'])} ({tokens(report['tokens_left'])} left)"
     yield Text(spent)
+    reused = sum(node.get("deduplicated_calls", 0) for node in _walk(report))
+    if reused:
+        calls = "1 repeated call" if reused == 1 else f"{reused} repeated calls"
+        yield Text(f"deduplicated: {calls} answered from the transcript, not run again")
     if report.get("dir"):
         yield Text(f"dir: {report['dir']}")
     if report.get("trace_id"):
@@ -171,6 +175,7 @@ def print_runs(states: list[RunState]) -> None:
             "run_id": s.run_id,
             "agent": redact(s.agent),
             "status": s.status.value,
+            "waits_for": s.interruption.kind.value if s.interruption else None,
             "turns": s.turns,
             "cost_usd": s.own.cost_usd,
             "tree_cost_usd": s.tree.cost_usd,

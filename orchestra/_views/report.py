@@ -38,8 +38,14 @@ def report(
     result: RunResult, store: Store, elapsed_ms: float | None, directory: str | None
 ) -> dict[str, Any]:
     """The JSON report of a tree, with what every process's events add: per-turn
-    prompt tokens, model retries, the human decision on each call that asked
-    for one, and the time the root ran."""
+    prompt tokens, model retries, calls answered from the transcript
+    (``deduplicated_calls``), the human decision on each call that asked for one.
+
+    Two times: ``run_elapsed_ms``, how long the root ran, summed over every
+    process that ran it (a resume adds to it); ``command_elapsed_ms``
+    (``elapsed_ms`` given here), how long this command took to run the tree,
+    starting its provider and MCP servers included (None for ``show``).
+    """
     result = with_stored_children(result, store)
     events: dict[str, list[dict[str, Any]]] = {}
     for event in store.events(root_id=result.state.root_id):
@@ -52,14 +58,15 @@ def report(
             int(e["prompt_tokens"]) for e in own if e["type"] == "turn"
         ]
         summary["model_retries"] = sum(e["type"] == "model_retry" for e in own)
+        summary["deduplicated_calls"] = sum(bool(e.get("deduplicated")) for e in own)
         summary["decisions"] = decisions(states[summary["run_id"]], own)
         summary["children"] = [add(c) for c in summary["children"]]
         return summary
 
     out = add(result.summary())
     ran_s = max(result.state.elapsed_s, _ran_s(events.get(result.run_id, [])))
-    out["elapsed_ms"] = None if elapsed_ms is None else round(elapsed_ms, 1)
-    out["total_elapsed_ms"] = round(ran_s * 1000, 1)
+    out["command_elapsed_ms"] = None if elapsed_ms is None else round(elapsed_ms, 1)
+    out["run_elapsed_ms"] = round(ran_s * 1000, 1)
     out["dir"] = directory
     parent = result.state.trace_context.get("traceparent", "")
     out["trace_id"] = parent.split("-")[1] if parent.count("-") == 3 else None

@@ -323,15 +323,28 @@ def _tree_cells(node: Node, guides: str) -> list[Text | Flex]:
 RUNS_HEADERS = ("run", "agent", "status", "turns", "own $", "tree $", "age")
 
 
+def _status_cell(status: str, waits_for: str | None) -> Text:
+    """``interrupted: approval``: the status, and why an interrupted run stopped."""
+    cell = status_text(status)
+    if waits_for:
+        cell.append(f": {_WAITS.get(waits_for, waits_for.replace('_', ' '))}")
+    return cell
+
+
+_WAITS = {"provider_unavailable": "provider"}
+"""Shorter words for what an interrupted run waits for, where the table is narrow."""
+
+
 def runs_lines(runs: Sequence[dict[str, Any]], width: int) -> list[Text]:
-    """One row per run: ``run_id``, ``agent``, ``status``, ``turns``,
-    ``cost_usd``, ``tree_cost_usd`` and ``age`` (already in words)."""
+    """One row per run: ``run_id``, ``agent``, ``status`` (with what an
+    interrupted run waits for, ``waits_for``: approval, cancelled, …),
+    ``turns``, ``cost_usd``, ``tree_cost_usd`` and ``age`` (already in words)."""
     rows = [
         Row(
             cells=[
                 Text(short_id(r["run_id"])),
                 Flex(prefix=Text(), body=Text(r["agent"], style="bold")),
-                status_text(r["status"]),
+                _status_cell(r["status"], r.get("waits_for")),
                 Text(str(r["turns"])),
                 Text(usd(r["cost_usd"])),
                 Text(usd(r["tree_cost_usd"])),

@@ -44,6 +44,7 @@ from .._model.provider import OpenAIProvider
 from .._money import PriceTable
 from .._recipes.recipe import Recipe
 from .._run import LiveRun
+from .._scripted.server import DEMO_API_KEY
 from .._state import RunState, Status
 from . import _dbos
 from ._host import WorkerRunner
@@ -352,7 +353,7 @@ class Worker:
         provider = self._providers.get(base_url)
         if provider is None:
             url = base_url or self._scripted_url
-            provider = OpenAIProvider(base_url=url, api_key=api_key or "scripted")
+            provider = OpenAIProvider(base_url=url, api_key=api_key or DEMO_API_KEY)
             self._providers[base_url] = provider
         return provider
 

@@ -16,7 +16,8 @@ __all__ = ["HttpServer", "StdioServer", "parse_server"]
 class StdioServer:
     """A server this process starts and talks to over its stdin and stdout.
 
-    Its stderr goes to ``errlog`` (a file path), else is discarded.
+    Its stderr goes to ``errlog`` (a file path), else to a temporary file; if
+    it fails to start, the last lines it wrote there are said in the error.
     """
 
     command: str

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, TextIO
 
 import anyio
 import trio
@@ -21,6 +23,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED
 
 from .._exceptions import ConfigError, ToolError, ToolOutcomeUnknown
+from .._redact import redact
 from .._tools import Tool
 from ._convert import flags, result_text, tool_name
 from ._servers import HttpServer, StdioServer
@@ -29,6 +32,10 @@ __all__ = ["CONNECT_TIMEOUT_S", "open_tools"]
 
 CONNECT_TIMEOUT_S = 30.0
 """How long a server may take to start and answer ``initialize`` and ``tools/list``."""
+
+STDERR_TAIL = 2000
+"""Bytes of a failed server's stderr read back (its last lines are said)."""
+STDERR_LINES = 5
 
 _LOST = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError)
 """What a call raises when the connection to its server is gone."""
@@ -59,20 +66,56 @@ async def _session(
     server: StdioServer | HttpServer, timeout_s: float
 ) -> AsyncIterator[ClientSession]:
     connected = False
-    try:
-        async with _streams(server) as (read, write), ClientSession(read, write) as session:
-            with trio.fail_after(timeout_s):
-                await session.initialize()
-            connected = True
-            yield session
-    except Exception as exc:  # whatever a transport raises before the session is up
-        if connected:
-            raise
-        raise ConfigError(f"MCP server {server.label}: cannot connect: {_why(exc)}") from exc
+    with _stderr_of(server) as log:
+        try:
+            async with (
+                _streams(server, log) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                with trio.fail_after(timeout_s):
+                    await session.initialize()
+                connected = True
+                yield session
+        except Exception as exc:  # whatever a transport raises before the session is up
+            if connected:
+                raise
+            said = _last_said(log)
+            raise ConfigError(
+                f"MCP server {server.label}: cannot connect: {_why(exc)}{said}"
+            ) from exc
+
+
+@contextlib.contextmanager
+def _stderr_of(server: StdioServer | HttpServer) -> Iterator[TextIO | None]:
+    """Where a started server's stderr goes: its ``errlog``, else a temporary file
+    (read back if it fails to start); None for a server over HTTP."""
+    if isinstance(server, HttpServer):
+        yield None
+    elif server.errlog is not None:
+        with open(server.errlog, "a+", encoding="utf-8") as log:
+            yield log
+    else:
+        with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
+            yield log
+
+
+def _last_said(log: TextIO | None) -> str:
+    """`` (it said: …)``: the last lines a server wrote on stderr, redacted; or nothing."""
+    if log is None:
+        return ""
+    log.flush()
+    end = log.seek(0, os.SEEK_END)
+    log.seek(max(0, end - STDERR_TAIL))
+    lines = [line.strip() for line in log.read().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return f" (it said: {redact(' | '.join(lines[-STDERR_LINES:]))})"
 
 
 @contextlib.asynccontextmanager
-async def _streams(server: StdioServer | HttpServer) -> AsyncIterator[tuple[Any, Any]]:
+async def _streams(
+    server: StdioServer | HttpServer, log: TextIO | None
+) -> AsyncIterator[tuple[Any, Any]]:
     if isinstance(server, HttpServer):
         async with streamable_http_client(server.url) as (read, write):
             yield read, write
@@ -80,10 +123,8 @@ async def _streams(server: StdioServer | HttpServer) -> AsyncIterator[tuple[Any,
     params = StdioServerParameters(
         command=server.command, args=list(server.args), env=server.env, cwd=server.cwd
     )
-    errlog = server.errlog or os.devnull
-    with open(errlog, "a", encoding="utf-8") as log:  # noqa: ASYNC230 (opened once)
-        async with stdio_client(params, errlog=log) as (read, write):
-            yield read, write
+    async with stdio_client(params, errlog=log or sys.stderr) as (read, write):
+        yield read, write
 
 
 async def _tools_of(

@@ -30,10 +30,13 @@ def test_demo_plan_json():
         "prompt_tokens",
         "completion_tokens",
         "cost_usd",
-        "elapsed_ms",
+        "command_elapsed_ms",
+        "run_elapsed_ms",
+        "deduplicated_calls",
         "dir",
     ):
         assert key in report
+    assert 0 < report["run_elapsed_ms"] <= report["command_elapsed_ms"]
 
 
 @pytest.mark.parametrize(

@@ -24,8 +24,9 @@ def console(private_store: Path) -> Iterator[Served]:
 
 @pytest.fixture
 def artifacts() -> Path:
-    """Where screenshots go: ``$ORCHESTRA_ARTIFACTS``, else ``.artifacts/console`` in the repo."""
-    default = Path(__file__).resolve().parents[2] / ".artifacts" / "console"
-    path = Path(os.environ.get("ORCHESTRA_ARTIFACTS") or default)
+    """Where screenshots go: ``console/`` in ``$ORCHESTRA_ARTIFACTS``, else in the
+    repo's ``.artifacts`` (as the README says)."""
+    default = Path(__file__).resolve().parents[2] / ".artifacts"
+    path = Path(os.environ.get("ORCHESTRA_ARTIFACTS") or default) / "console"
     path.mkdir(parents=True, exist_ok=True)
     return path

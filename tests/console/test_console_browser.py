@@ -1,7 +1,7 @@
 """The console in a real browser (headless Chromium driven by Selenium): a live
 tree of 20 runs stopped with the Stop button, an approval and a resume taken
 from the page, and the run that hit its limit, with screenshots of each page at
-1280×800 and at a phone's width (``$ORCHESTRA_ARTIFACTS``, else
+1280×800 and at a phone's width (``$ORCHESTRA_ARTIFACTS/console/``, else
 ``.artifacts/console/``).
 
 They need Debian's ``chromium`` and ``chromium-driver`` (``/usr/bin/chromium``,

@@ -54,6 +54,27 @@ def test_mcp_list_shows_each_tool_with_the_flags_derived_from_its_hints(mcp_dir:
     assert {t["name"]: t["read_only"] for t in as_json}["read_file"] is True
 
 
+def test_a_server_that_dies_at_start_has_its_own_error_said(tmp_path: Path) -> None:
+    dying = tmp_path / "dying.py"
+    dying.write_text(
+        "import sys\n"
+        "print('Traceback (most recent call last):', file=sys.stderr)\n"
+        "print('FileNotFoundError: /srv/data: no such directory', file=sys.stderr)\n"
+        "sys.exit(3)\n"
+    )
+    failed = orchestra(
+        "demo", "plan", "--store", str(tmp_path / "r.db"), "--mcp", f"{sys.executable} {dying}"
+    )
+    assert failed.returncode == 2
+    (line,) = failed.stderr.strip().splitlines()  # no "run ... started": no run was made
+    assert line.endswith(
+        "(it said: Traceback (most recent call last): | "
+        "FileNotFoundError: /srv/data: no such directory)"
+    )
+    with SQLiteStore(tmp_path / "r.db") as store:
+        assert store.list_runs() == []
+
+
 def test_a_server_that_cannot_start_is_one_line_and_exit_2() -> None:
     failed = orchestra("mcp", "list", "/nonexistent/mcp-server")
     assert failed.returncode == 2

@@ -29,6 +29,7 @@ from .common import row
 
 FULL = {"trees": [(99,), (10, 99)], "repeats": {(99,): 15, (10, 99): 3}}
 QUICK = {"trees": [(9,), (99,)], "repeats": {(9,): 2, (99,): 2}}
+QUICK_NOTE = "; not judged with --quick: a time in ms from 2 repeats is noise (run without it)"
 CANCEL_LIMIT_S = 120
 
 
@@ -193,8 +194,9 @@ def run(quick: bool) -> common.Section:
             targets.append(
                 common.target(
                     "cancel of a 100-run tree with SQLite ≤ 10 ms",
-                    f"{common.fmt(sqlite['median'])} ms (max {common.fmt(sqlite['max'])} ms)",
-                    sqlite["median"] <= 10,
+                    f"{common.fmt(sqlite['median'])} ms (max {common.fmt(sqlite['max'])} ms)"
+                    + (QUICK_NOTE if quick else ""),
+                    None if quick else sqlite["median"] <= 10,  # an absolute time needs repeats
                 )
             )
     repeats = ", ".join(f"{common.tree_runs(s):,} runs: {n}" for s, n in p["repeats"].items())

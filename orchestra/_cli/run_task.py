@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import attrs
 import click
 
 from .._recipes.recipe import RUN_MAX_TOKENS, RUN_TIMEOUT_S
@@ -105,23 +104,20 @@ def run_command(
     but the key is saved with the run, so `orchestra resume` rebuilds the same
     agent.
     """
-    from .._recipes.recipe import Recipe
     from . import start
 
-    recipe = Recipe(
+    recipe = start.recipe(
+        tree,
+        output,
         directory=str(Path(directory).resolve()),
         base_url=base_url,
         model=model,
         instructions=instructions,
         tools=tools,
-        dedupe=tree.dedupe,
         recover_tool_calls=recover_tool_calls,
         request_timeout=request_timeout,
         max_tokens=max_tokens,
         wait_for_server_s=wait_for_server_s,
-        provider_name=output.provider_name,
-        mcp=tree.mcp,
-        **attrs.asdict(tree.money),
     )
     click.echo(f"sandbox: {recipe.directory} (tools: {', '.join(tools)})", err=True)
     session, spans = start.session(recipe, output, api_key=api_key)

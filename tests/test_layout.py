@@ -1,0 +1,88 @@
+"""The package's house rules, read from its source: small modules, and layers
+that import only downwards (the command line on top; recipes and views below
+it, the console and the workers; the run loop below them all)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "orchestra"
+MAX_LINES = 800
+
+ABOVE = {
+    # a package: what it must never import (those sit above it)
+    "_recipes": ("_cli", "console", "distributed", "_views"),
+    "_views": ("_cli", "console", "distributed", "_recipes"),
+    "console": ("_cli",),
+    "distributed": ("_cli", "console"),
+    "_scripted": ("_cli", "console", "distributed", "_recipes", "_views", "testing"),
+}
+
+
+def modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def imported(path: Path) -> set[str]:
+    """The ``orchestra`` subpackages and modules ``path`` imports (first level)."""
+    package = path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = list(package[: len(package) - node.level + 1])
+                parts = [*base, *(node.module or "").split(".")]
+            else:
+                parts = (node.module or "").split(".")
+            names = [parts] if node.module else [[*parts, a.name] for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name.split(".") for a in node.names]
+        else:
+            continue
+        found |= {p[1] for p in names if len(p) > 1 and p[0] == "orchestra" and p[1]}
+    return found
+
+
+def test_no_module_is_over_800_lines() -> None:
+    long = {
+        str(p.relative_to(PACKAGE)): n
+        for p in modules()
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
+@pytest.mark.parametrize("layer", sorted(ABOVE))
+def test_no_import_runs_back_up(layer: str) -> None:
+    back = {
+        str(path.relative_to(PACKAGE)): sorted(imported(path) & set(ABOVE[layer]))
+        for path in (PACKAGE / layer).rglob("*.py")
+    }
+    assert {k: v for k, v in back.items() if v} == {}
+
+
+def test_only_the_command_line_imports_the_command_line() -> None:
+    users = {
+        str(p.relative_to(PACKAGE))
+        for p in modules()
+        if "_cli" in imported(p) and p.parent.name != "_cli"
+    }
+    assert users == {"__main__.py"}
+
+
+def test_production_code_imports_nothing_from_testing() -> None:
+    users = {
+        str(p.relative_to(PACKAGE))
+        for p in modules()
+        if "testing" in imported(p) and "testing" not in p.relative_to(PACKAGE).parts
+    }
+    assert users == set()
+
+
+def test_the_checker_sees_imports() -> None:
+    # the rules above can fail: the checker finds imports of every form
+    assert {"_cli", "_views"} <= imported(PACKAGE / "_cli" / "start.py")
+    assert "_recipes" in imported(PACKAGE / "console" / "_reads.py")
