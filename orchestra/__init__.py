@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from ._model.margin import FIRST_MARGIN, Calibration, Margin
     from ._model.provider import ChatReply, ChatRequest, OpenAIProvider, Provider
     from ._model.retry import RetryPolicy
-    from ._money import Price, PriceTable
+    from ._money import Price, PriceTier
+    from ._prices import PriceTable
     from ._result import RunResult
     from ._runner import RunHandle, Runner
     from ._state import (
@@ -84,6 +85,7 @@ __all__ = [
     "PermanentToolError",
     "Price",
     "PriceTable",
+    "PriceTier",
     "Provider",
     "ProviderError",
     "ProviderHTTPError",
@@ -157,7 +159,8 @@ _MODULE_OF: dict[str, str] = {
         ),
         "_model.margin": ("FIRST_MARGIN", "Calibration", "Margin"),
         "_stores.memory": ("MemoryStore", "Store"),
-        "_money": ("Price", "PriceTable"),
+        "_money": ("Price", "PriceTier"),
+        "_prices": ("PriceTable",),
         "_telemetry.otel": ("OTelTracer", "configure_otlp", "flush_spans"),
         "_model.provider": ("ChatReply", "ChatRequest", "OpenAIProvider", "Provider"),
         "_result": ("RunResult",),

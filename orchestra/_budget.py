@@ -89,7 +89,7 @@ def reserve(run: LiveRun, prompt_tokens: int, messages: int, margin: Margin) -> 
     ``max_tokens`` is lowered to what both the USD and the token budget of
     this run and every ancestor still pay for.
     """
-    price = run.runner.prices[run.state.model]
+    price = run.runner.price_of(run.state.model)
     prompt = margin.apply(prompt_tokens, messages)
     max_tokens = run.agent.max_tokens
     for cap in (_usd_cap(run, price, prompt), _token_cap(run, prompt)):
@@ -98,7 +98,7 @@ def reserve(run: LiveRun, prompt_tokens: int, messages: int, margin: Margin) -> 
         if cap is not None:
             max_tokens = min(max_tokens, cap)
     grant = Grant(
-        pico=price.cost(prompt, max_tokens),
+        pico=price.reserved(prompt, max_tokens),
         prompt=prompt,
         max_tokens=max_tokens,
         shrunk=max_tokens < run.agent.max_tokens,
@@ -117,7 +117,7 @@ def _usd_cap(run: LiveRun, price: Price, prompt: int) -> int | Exit | None:
         return affordable
     if available < 0:
         return _overspent(run)
-    needed = to_usd(price.cost(prompt, MIN_COMPLETION))
+    needed = to_usd(price.reserved(prompt, MIN_COMPLETION))
     return _budget_exit(
         f"budget: ${to_usd(available):.6f} left, the next call needs at least ${needed:.6f} "
         f"({prompt} prompt tokens reserved + {MIN_COMPLETION} output)"
@@ -173,12 +173,14 @@ def settle(run: LiveRun, grant: Grant, reply: ChatReply | None, margin: Margin) 
         prompt = grant.prompt
         ours = count_completion(reply.message)
         completion = min(max(margin.apply(ours), 1), grant.max_tokens)
-    price = run.runner.prices[run.state.model]
+    price = run.runner.price_of(run.state.model)
     usage = Usage(
         model_calls=1,
         prompt_tokens=prompt,
         completion_tokens=completion,
-        cost_pico=price.cost(prompt, completion),
+        cost_pico=price.cost(prompt, completion, reply.cached_tokens),
+        cached_input_tokens=reply.cached_tokens,
+        reasoning_tokens=reply.reasoning_tokens,
     )
     run.charge(usage)
     return usage

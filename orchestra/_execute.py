@@ -318,7 +318,9 @@ def _announce(run: LiveRun) -> None:
 
 def _warn_about_price(run: LiveRun) -> None:
     budgeted = any(node.state.limits.budget_pico is not None for node in run.lineage())
-    warning = run.runner.prices.warning(run.state.model, budgeted=budgeted)
+    warning = run.runner.prices.warning(
+        run.state.model, budgeted=budgeted, endpoint=run.runner.endpoint
+    )
     if warning is not None:
         run.emit("price_warning", model=run.state.model, message=warning)
 

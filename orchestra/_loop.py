@@ -226,6 +226,8 @@ def _turn_fields(run: LiveRun, reply: ChatReply, usage: Usage) -> dict[str, Any]
     return {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
+        "cached_input_tokens": usage.cached_input_tokens,
+        "reasoning_tokens": usage.reasoning_tokens,
         "total_tokens": usage.tokens,
         "call_cost_usd": to_usd(usage.cost_pico),
         "cost_usd": to_usd(run.state.own.cost_pico),

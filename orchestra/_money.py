@@ -7,13 +7,13 @@ the last digit, however many runs add into it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable
 
 import attrs
 
 from ._exceptions import ConfigError
 
-__all__ = ["PICO", "Price", "PriceTable", "from_usd", "to_usd"]
+__all__ = ["PICO", "Price", "PriceTier", "from_usd", "to_usd"]
 
 PICO = 10**12
 
@@ -33,67 +33,119 @@ def _non_negative(_inst: object, attribute: attrs.Attribute[float], value: float
         raise ConfigError(f"{attribute.name} must be >= 0, got {value}")
 
 
+def _tiers(tiers: Iterable[PriceTier]) -> tuple[PriceTier, ...]:
+    return tuple(sorted(tiers, key=lambda tier: tier.from_prompt_tokens))
+
+
+def _pico(per_million: float) -> int:
+    return round(per_million * 1_000_000)
+
+
+@attrs.frozen(kw_only=True)
+class PriceTier:
+    """The rates of a price from a prompt size on: a provider that bills a long
+    prompt at another rate bills *every* token of the call at it (a "cliff")."""
+
+    from_prompt_tokens: int
+    input_per_million: float = attrs.field(validator=_non_negative)
+    output_per_million: float = attrs.field(validator=_non_negative)
+    cached_input_per_million: float | None = None
+
+
 @attrs.frozen(kw_only=True)
 class Price:
-    """USD per million tokens, input and output."""
+    """USD per million tokens: input, cached input, output; tiers by prompt size.
+
+    ``cached_input_per_million`` prices the prompt tokens the provider read from
+    its cache (None: as any input token). Reasoning tokens are output tokens
+    (providers count them in ``completion_tokens``). ``source`` says where the
+    price comes from (given by the user, a published price list, or assumed).
+    """
 
     input_per_million: float = attrs.field(default=2.0, validator=_non_negative)
     output_per_million: float = attrs.field(default=12.0, validator=_non_negative)
+    cached_input_per_million: float | None = attrs.field(default=None)
+    tiers: tuple[PriceTier, ...] = attrs.field(default=(), converter=_tiers)
+    source: str = attrs.field(default="assumed (Orchestra's default)", eq=False)
+
+    @cached_input_per_million.validator
+    def _cached_not_negative(self, _: object, value: float | None) -> None:
+        if value is not None and value < 0:
+            raise ConfigError(f"cached_input_per_million must be >= 0, got {value}")
 
     @property
     def input_pico(self) -> int:
         """Pico-dollars per input token."""
-        return round(self.input_per_million * 1_000_000)
+        return _pico(self.input_per_million)
 
     @property
     def output_pico(self) -> int:
         """Pico-dollars per output token."""
-        return round(self.output_per_million * 1_000_000)
+        return _pico(self.output_per_million)
 
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> int:
-        """Cost in pico-dollars of a call with these token counts."""
-        return prompt_tokens * self.input_pico + completion_tokens * self.output_pico
+    @property
+    def cached_pico(self) -> int:
+        """Pico-dollars per cached input token."""
+        cached = self.cached_input_per_million
+        return self.input_pico if cached is None else _pico(cached)
+
+    def at(self, prompt_tokens: int) -> Price:
+        """The flat rates that bill a call with ``prompt_tokens`` prompt tokens."""
+        tier = max(
+            (t for t in self.tiers if t.from_prompt_tokens <= prompt_tokens),
+            key=lambda t: t.from_prompt_tokens,
+            default=None,
+        )
+        if tier is None:
+            return self if not self.tiers else attrs.evolve(self, tiers=())
+        return Price(
+            input_per_million=tier.input_per_million,
+            output_per_million=tier.output_per_million,
+            cached_input_per_million=tier.cached_input_per_million,
+            source=self.source,
+        )
+
+    def highest_up_to(self, prompt_tokens: int) -> Price:
+        """The highest rates of any tier up to ``prompt_tokens``: what a reservation
+        for at most that many prompt tokens must assume."""
+        if not self.tiers:
+            return self
+        rates = [
+            self.at(0),
+            *(
+                self.at(t.from_prompt_tokens)
+                for t in self.tiers
+                if t.from_prompt_tokens <= prompt_tokens
+            ),
+        ]
+        return Price(
+            input_per_million=max(r.input_per_million for r in rates),
+            output_per_million=max(r.output_per_million for r in rates),
+            cached_input_per_million=max(r.cached_pico for r in rates) / 1_000_000,
+            source=self.source,
+        )
+
+    def cost(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> int:
+        """Cost in pico-dollars of a call with these token counts (``cached_tokens``:
+        the part of the prompt the provider read from its cache)."""
+        rates = self.at(prompt_tokens)
+        cached = min(max(cached_tokens, 0), prompt_tokens)
+        return (
+            (prompt_tokens - cached) * rates.input_pico
+            + cached * rates.cached_pico
+            + completion_tokens * rates.output_pico
+        )
 
     def affordable_completion(self, pico: int, prompt_tokens: int) -> int:
-        """How many output tokens ``pico`` pays for once the prompt is paid."""
-        left = pico - prompt_tokens * self.input_pico
+        """How many output tokens ``pico`` pays for once the prompt is paid (at the
+        highest rates of any tier the prompt may fall in)."""
+        rates = self.highest_up_to(prompt_tokens)
+        left = pico - prompt_tokens * rates.input_pico
         if left < 0:
             return -1
-        return left // self.output_pico if self.output_pico else 1 << 30
+        return left // rates.output_pico if rates.output_pico else 1 << 30
 
-
-@attrs.frozen(kw_only=True)
-class PriceTable:
-    """Prices by model name, with a default for models not listed.
-
-    The default is the design's: $2.00 per million input tokens and $12.00 per
-    million output tokens.
-    """
-
-    default: Price = Price()
-    models: Mapping[str, Price] = attrs.field(factory=dict)
-    warn_unknown: bool = True
-    """Warn (a ``price_warning`` event) when a run's model is priced at the default."""
-
-    def __getitem__(self, model: str) -> Price:
-        return self.models.get(model, self.default)
-
-    def warning(self, model: str, *, budgeted: bool) -> str | None:
-        """What is doubtful about pricing ``model``, if anything.
-
-        A model with no entry is priced at the default (said, so that nobody
-        mistakes an assumed price for a real one); a zero price makes a USD
-        budget unable to stop anything (``budgeted``: the run has one).
-        """
-        price = self[model]
-        if budgeted and (price.input_pico == 0 or price.output_pico == 0):
-            return (
-                f"model {model!r} has a zero price: the USD budget cannot bound its spend; "
-                "set a token budget (max_tokens_total) instead"
-            )
-        if self.warn_unknown and model not in self.models:
-            return (
-                f"no price for model {model!r}: assuming ${price.input_per_million:.2f} in / "
-                f"${price.output_per_million:.2f} out per million tokens"
-            )
-        return None
+    def reserved(self, prompt_tokens: int, completion_tokens: int) -> int:
+        """The most a call of at most these counts can cost (no cache assumed)."""
+        rates = self.highest_up_to(prompt_tokens)
+        return prompt_tokens * rates.input_pico + completion_tokens * rates.output_pico

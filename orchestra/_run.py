@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from ._model.margin import Margin
     from ._model.provider import Provider
     from ._model.retry import RetryPolicy
-    from ._money import PriceTable
+    from ._money import Price
+    from ._prices import PriceTable
     from ._stores.memory import Store
 
 __all__ = ["ChildWaiting", "Exit", "Host", "Ledger", "LiveRun"]
@@ -77,6 +78,11 @@ class Host(Protocol):
     def now(self) -> float:
         """Wall-clock seconds, advancing with trio's clock."""
         ...
+
+    @property
+    def endpoint(self) -> str | None: ...
+
+    def price_of(self, model: str) -> Price: ...
 
     def margin_for(self, model: str) -> Margin:
         """The prompt margin for the next call of ``model``."""

@@ -39,7 +39,8 @@ from ._execute import execute, load_live, new_state, reopen, result_of, spawn_ch
 from ._model.margin import Calibration, Margin, provider_key
 from ._model.provider import Provider
 from ._model.retry import RetryPolicy
-from ._money import PriceTable
+from ._money import Price
+from ._prices import PriceTable
 from ._redact import redact_data
 from ._result import RunResult
 from ._run import Ledger, LiveRun
@@ -157,6 +158,16 @@ class Runner:
             self._clock_origin = (time.time(), trio.current_time())
         wall, trio0 = self._clock_origin
         return wall + trio.current_time() - trio0
+
+    @property
+    def endpoint(self) -> str | None:
+        """The base URL of the provider, if it has one (it picks published prices)."""
+        url = provider_key(self.provider)
+        return url if isinstance(url, str) else None
+
+    def price_of(self, model: str) -> Price:
+        """What a call of ``model`` costs on this runner's provider."""
+        return self.prices.price(model, endpoint=self.endpoint)
 
     def margin_for(self, model: str) -> Margin:
         """The prompt margin for the next call of ``model``."""

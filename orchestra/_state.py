@@ -121,7 +121,13 @@ class Interruption:
 
 @attrs.frozen(kw_only=True)
 class Usage:
-    """Counters that add up: model calls, tokens, cost, tool and child runs."""
+    """Counters that add up: model calls, tokens, cost, tool and child runs.
+
+    ``cached_input_tokens`` are the part of ``prompt_tokens`` the provider read
+    from its cache (billed at the cached rate); ``reasoning_tokens`` the part
+    of ``completion_tokens`` the model spent thinking (billed as output, never
+    seen in the text).
+    """
 
     model_calls: int = 0
     prompt_tokens: int = 0
@@ -129,6 +135,8 @@ class Usage:
     cost_pico: int = 0
     tool_runs: int = 0
     child_runs: int = 0
+    cached_input_tokens: int = 0
+    reasoning_tokens: int = 0
 
     def to_dict(self) -> dict[str, int]:
         """The fields as a dict (what ``attrs.asdict`` gives, built without its walk)."""
@@ -139,6 +147,8 @@ class Usage:
             "cost_pico": self.cost_pico,
             "tool_runs": self.tool_runs,
             "child_runs": self.child_runs,
+            "cached_input_tokens": self.cached_input_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
         }
 
     def __add__(self, other: Usage) -> Usage:
@@ -149,6 +159,8 @@ class Usage:
             cost_pico=self.cost_pico + other.cost_pico,
             tool_runs=self.tool_runs + other.tool_runs,
             child_runs=self.child_runs + other.child_runs,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
 
     def __sub__(self, other: Usage) -> Usage:

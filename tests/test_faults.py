@@ -86,7 +86,7 @@ def test_demo_names_accept_modifiers_on_a_known_scenario(sandbox: Path):
     assert agent.model == "research+500x2"
     assert "research" in {t.name for t in agent.tools}
     assert demo_task("plan+429x3") == demo_task("plan")
-    with pytest.raises(ConfigError, match="choose one of plan, runaway"):
+    with pytest.raises(ConfigError, match="choose one of plan, reasoning, runaway"):
         parse_scenario("plaan+429")
     with pytest.raises(ConfigError, match="no such fault"):
         demo_agent("plan+boom", sandbox)

@@ -32,9 +32,9 @@ built = bool(tokens and tokens.encoding.cache_info().currsize)
 print("\\nPROBE " + json.dumps({"modules": sorted(sys.modules), "tokenizer_built": built}))
 """
 
-NEVER = ("opentelemetry.sdk", "jsonschema", "httpx._main", "pygments")
+NEVER = ("opentelemetry.sdk", "jsonschema", "httpx._main", "pygments", "genai_prices", "pydantic")
 """Never loaded by a command that does not run a tree."""
-NOT_TO_START = (*NEVER, "rich", "trio", "httpx", "tiktoken", "opentelemetry", "stamina")
+NOT_TO_START = (*NEVER, "rich", "trio", "httpx", "tiktoken", "opentelemetry")
 """Not loaded by `import orchestra`, `--help` or `cancel` (nothing to lay out, no run)."""
 
 

@@ -12,6 +12,7 @@ each run's spend against its budget and exits 1 if any run spent past it.
 
     python tools/budget_sweep.py                      # 50 budgets, 160 %
     python tools/budget_sweep.py --percent 250 --runs 10
+    python tools/budget_sweep.py --scenario reasoning     # a reasoning model, cached input
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def run_once(url: str, sandbox: Path, store: Path, model: str, budget: float) ->
             *(sys.executable, "-m", "orchestra", "run", TASK),
             *("--base-url", url, "--model", model, "--max-budget", f"{budget:.6f}"),
             *("--max-turns", "200", "--dir", str(sandbox), "--store", str(store), "--json"),
-            *("--price-in", "2", "--price-out", "12", "--api-key", "sweep"),
+            *("--price-in", "2", "--price-out", "12", "--price-cached", "0.5"),
+            *("--api-key", "sweep-key-not-a-secret"),
         ],
         capture_output=True,
         text=True,
@@ -68,6 +70,12 @@ def main() -> int:
     parser.add_argument("--low", type=float, default=0.0005)
     parser.add_argument("--high", type=float, default=0.02)
     parser.add_argument("--percent", type=int, default=160)
+    parser.add_argument(
+        "--scenario",
+        default="runaway",
+        help="the scripted model: runaway (never answers), or reasoning (thinks 300 tokens "
+        "a step within max_completion_tokens, reports cached prompt tokens)",
+    )
     args = parser.parse_args()
     step = (args.high - args.low) / max(args.runs - 1, 1)
     budgets = [args.low + i * step for i in range(args.runs)]
@@ -76,10 +84,11 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             sandbox, store = make_sandbox(Path(tmp) / "sandbox"), Path(tmp) / "runs.db"
-            print(f"server {url}, model runaway+prompt{args.percent}")
+            model = f"{args.scenario}+prompt{args.percent}"
+            print(f"server {url}, model {model}")
             print(f"{'budget':>10} {'spent':>10} {'spent/budget':>12} {'turns':>5}  status")
             for budget in budgets:
-                report = run_once(url, sandbox, store, f"runaway+prompt{args.percent}", budget)
+                report = run_once(url, sandbox, store, model, budget)
                 spent = report["tree_cost_usd"]
                 over += spent > budget
                 print(

@@ -2,7 +2,7 @@
 
 :mod:`.main` is the click group and the console script's entry point; it adds
 :mod:`.demo`, :mod:`.run_task` (run), :mod:`.resume`, :mod:`.decide` (approve, reject),
-:mod:`.cancel`, :mod:`.reads` (runs, show, trace) and :mod:`.serve` (console,
+:mod:`.cancel`, :mod:`.reads` (runs, show, trace), :mod:`.prices` and :mod:`.serve` (console,
 worker, serve-scripted, mcp list). They share the options in :mod:`.common`
 and :mod:`.options`, the store a ``--store`` names (:mod:`.stores`), running a
 tree until it stops (:mod:`.start`, :mod:`.session`) and one error path

@@ -105,7 +105,15 @@ money_options = bundled(
             type=PRICE,
             default=None,
             metavar="USD",
-            help="USD per million output tokens.",
+            help="USD per million output tokens (reasoning tokens are output).",
+        ),
+        click.option(
+            "--price-cached",
+            type=PRICE,
+            default=None,
+            metavar="USD",
+            help="USD per million input tokens read from the provider's cache. "
+            "[default: as --price-in]",
         ),
         click.option(
             "--margin-ratio",

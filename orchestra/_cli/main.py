@@ -17,6 +17,7 @@ from .cancel import cancel
 from .decide import approve, reject
 from .demo import demo
 from .errors import OrchestraGroup
+from .prices import prices_command
 from .reads import runs, show, trace
 from .resume import resume
 from .run_task import run_command
@@ -58,6 +59,7 @@ for _command in (
     runs,
     show,
     trace,
+    prices_command,
     console_command,
     worker_command,
     mcp_group,

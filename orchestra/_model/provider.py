@@ -72,8 +72,9 @@ class ChatRequest:
     tools: Sequence[Mapping[str, Any]] = ()
     max_tokens: int | None = None
 
-    def payload(self) -> dict[str, Any]:
-        """The JSON body of the request (past calls' arguments as JSON: see :func:`sendable`)."""
+    def payload(self, cap: str = "max_tokens") -> dict[str, Any]:
+        """The JSON body of the request (past calls' arguments as JSON: see
+        :func:`sendable`); ``cap`` names the field that carries ``max_tokens``."""
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [sendable(m) for m in self.messages],
@@ -81,7 +82,7 @@ class ChatRequest:
         if self.tools:
             body["tools"] = list(self.tools)
         if self.max_tokens is not None:
-            body["max_tokens"] = self.max_tokens
+            body[cap] = self.max_tokens
         return body
 
 
@@ -138,6 +139,12 @@ class ChatReply:
     completion_tokens: int
     usage_reported: bool = True
     """False when the server sent no usage: the counts are 0 and the caller estimates."""
+    cached_tokens: int = 0
+    """Of ``prompt_tokens``, those read from the provider's cache
+    (``usage.prompt_tokens_details.cached_tokens``)."""
+    reasoning_tokens: int = 0
+    """Of ``completion_tokens``, those spent reasoning
+    (``usage.completion_tokens_details.reasoning_tokens``)."""
     model: str | None = None
     """The model that answered, as the server names it (``model`` of the body), if given."""
     id: str | None = None
@@ -225,6 +232,7 @@ class OpenAIProvider:
         recover_tool_calls: bool = False,
         provider_name: str | None = None,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        cap_field: str | None = None,
     ) -> None:
         url = base_url or _env_base_url()
         if not url:
@@ -236,6 +244,11 @@ class OpenAIProvider:
         self._key = key
         self._recover = recover_tool_calls
         self._answered = False
+        if cap_field not in (None, *CAP_FIELDS):
+            raise ConfigError(f"cap_field must be one of {CAP_FIELDS}, got {cap_field!r}")
+        self._cap_field = cap_field
+        self._completion_cap: set[str] = set()
+        """Models that refused ``max_tokens`` for ``max_completion_tokens``."""
         self.base_url = url.rstrip("/")
         if not (isinstance(max_connections, int) and max_connections >= 1):
             raise ConfigError(
@@ -251,8 +264,37 @@ class OpenAIProvider:
             transport=transport,
         )
 
+    def cap_field(self, model: str) -> str:
+        """The request field that caps ``model``'s reply: ``max_completion_tokens`` for
+        OpenAI's API (where ``max_tokens`` is deprecated, and refused by reasoning
+        models) and for a model that refused ``max_tokens``; else ``max_tokens``."""
+        if self._cap_field is not None:
+            return self._cap_field
+        completion = self.provider_name in _COMPLETION_CAP or model in self._completion_cap
+        return "max_completion_tokens" if completion else "max_tokens"
+
     async def complete(self, request: ChatRequest) -> ChatReply:
-        """POST the request and parse the reply (see :class:`Provider`).
+        """POST the request and parse the reply (see :class:`Provider`); a model that
+        refuses ``max_tokens`` for ``max_completion_tokens`` is asked again at once
+        with that (and from then on).
+
+        Raises:
+            ProviderUnreachable: no connection could be made.
+            ProviderHTTPError: another transport failure or a non-2xx status.
+            ProviderReplyError: a 2xx body that is not a chat completion.
+            No message holds a secret (see the module docstring).
+        """
+        cap = self.cap_field(request.model)
+        try:
+            return await self._complete(request, cap)
+        except ProviderHTTPError as exc:
+            if cap != "max_tokens" or not _wants_completion_cap(exc):
+                raise
+        self._completion_cap.add(request.model)
+        return await self._complete(request, "max_completion_tokens")
+
+    async def _complete(self, request: ChatRequest, cap: str) -> ChatReply:
+        """POST the request with its cap in field ``cap`` and parse the reply.
 
         Raises:
             ProviderUnreachable: no connection could be made.
@@ -263,7 +305,7 @@ class OpenAIProvider:
         import httpx
 
         try:
-            body = orjson.dumps(request.payload())
+            body = orjson.dumps(request.payload(cap))
             response = await self._endpoint.post("/chat/completions", body)
         except httpx.ConnectError as exc:
             raise self._unreachable(exc) from exc
@@ -326,6 +368,17 @@ class OpenAIProvider:
 
 MAX_RETRY_AFTER = 24 * 3600.0
 """A ``Retry-After`` longer than this (seconds) is read as this."""
+
+
+CAP_FIELDS = ("max_tokens", "max_completion_tokens")
+_COMPLETION_CAP = frozenset({"openai", "azure.ai.openai"})
+"""Providers whose API takes ``max_completion_tokens`` for every model."""
+
+
+def _wants_completion_cap(exc: ProviderHTTPError) -> bool:
+    """Whether ``exc`` is a 400 refusing ``max_tokens`` and naming ``max_completion_tokens``."""
+    text = str(exc)
+    return exc.status_code == 400 and "max_tokens" in text and "max_completion_tokens" in text
 
 
 def _connect_failure(exc: BaseException) -> str:
@@ -397,12 +450,18 @@ def parse_reply(response: Body) -> ChatReply:
         body = _decoded(response.content)
         choice = body["choices"][0]
         usage = body.get("usage")
+        prompt = _token_count(usage, "prompt_tokens")
+        completion = _token_count(usage, "completion_tokens")
         reply = ChatReply(
             message=_clean_message(choice["message"]),
             finish_reason=str(choice.get("finish_reason") or "stop"),
-            prompt_tokens=_token_count(usage, "prompt_tokens"),
-            completion_tokens=_token_count(usage, "completion_tokens"),
+            prompt_tokens=prompt,
+            completion_tokens=completion,
             usage_reported=usage is not None,
+            cached_tokens=_detail(usage, "prompt_tokens_details", "cached_tokens", prompt),
+            reasoning_tokens=_detail(
+                usage, "completion_tokens_details", "reasoning_tokens", completion
+            ),
             model=_label(body.get("model")),
             id=_label(body.get("id")),
         )
@@ -438,6 +497,24 @@ def _token_count(usage: Mapping[str, Any] | None, field: str) -> int:
         raise ProviderReplyError(
             f"implausible usage.{field} in the reply: {_short_repr(value)} (expected an "
             f"integer from 0 to {MAX_REPLY_TOKENS:,})"
+        )
+    return value
+
+
+def _detail(usage: Mapping[str, Any] | None, details: str, field: str, total: int) -> int:
+    """``usage[details][field]``, a part of ``total``; 0 when not reported.
+
+    Servers that do not cache or reason send ``null`` or leave it out; a count
+    that is not a whole number within ``total`` is refused like any usage.
+    """
+    found = usage.get(details) if usage is not None else None
+    value = found.get(field) if isinstance(found, Mapping) else None
+    if value is None:
+        return 0
+    if type(value) is not int or not 0 <= value <= total:
+        raise ProviderReplyError(
+            f"implausible usage.{details}.{field} in the reply: {_short_repr(value)} (expected "
+            f"an integer from 0 to {total:,}, its total)"
         )
     return value
 

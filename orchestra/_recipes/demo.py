@@ -24,6 +24,7 @@ __all__ = ["RESEARCH_SCENARIOS", "SCENARIOS", "demo_agent", "parse_scenario"]
 
 SIMPLE_SCENARIOS = (
     "plan",
+    "reasoning",
     "runaway",
     "stuck",
     "recover",

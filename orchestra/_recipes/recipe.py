@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .._exceptions import ConfigError, StateError
-from .._money import PriceTable
+from .._prices import PriceTable
 from .._state import Limits, RunState
 from .money import Money
 
@@ -69,6 +69,7 @@ class Recipe:
     child_turns: int | None = 8
     price_in: float | None = None
     price_out: float | None = None
+    price_cached: float | None = None
     margin_ratio: float = 0.0
     margin_tokens: int = 0
     recover_tool_calls: bool = False
@@ -97,6 +98,7 @@ class Recipe:
         return Money(
             price_in=self.price_in,
             price_out=self.price_out,
+            price_cached=self.price_cached,
             margin_ratio=self.margin_ratio,
             margin_tokens=self.margin_tokens,
         )

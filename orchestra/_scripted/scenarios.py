@@ -179,6 +179,8 @@ class Scenario:
     name: str
     description: str
     script: Callable[[Conversation], Step]
+    reasoning: int = 0
+    """Tokens a reasoning model spends thinking before each reply (0: not one)."""
 
     def __call__(self, conversation: Conversation) -> dict[str, Any]:
         """The assistant message this scenario sends next in ``conversation``."""
@@ -210,9 +212,9 @@ SCENARIOS: Final[Mapping[str, Scenario]] = MappingProxyType(_REGISTRY)
 _Script: TypeAlias = Callable[[Conversation], Step]
 
 
-def _scenario(name: str, description: str) -> Callable[[_Script], _Script]:
+def _scenario(name: str, description: str, reasoning: int = 0) -> Callable[[_Script], _Script]:
     def register(script: _Script) -> _Script:
-        _REGISTRY[name] = Scenario(name, description, script)
+        _REGISTRY[name] = Scenario(name, description, script, reasoning)
         return script
 
     return register
@@ -253,6 +255,22 @@ _QUESTIONS: Final = (
 @_scenario("plan", "list the files, read errors.log, then name the timeout it mentions")
 def _plan(c: Conversation) -> Step:
     return _at(c.turn, _LIST, _READ_ERRORS, PLAN_ANSWER)
+
+
+REASONING_TOKENS: Final = 300
+"""What the ``reasoning`` scenario thinks before each step (billed as output)."""
+CACHE_BLOCK: Final = 64
+"""The ``reasoning`` scenario reports its cached prompt in blocks of this many tokens."""
+
+
+@_scenario(
+    "reasoning",
+    "a reasoning model doing plan: thinks 300 tokens a step, wants max_completion_tokens, "
+    "reports cached prompt tokens",
+    reasoning=REASONING_TOKENS,
+)
+def _reasoning(c: Conversation) -> Step:
+    return _plan(c)
 
 
 @_scenario("runaway", "read the three files in turn, every turn, and never answer")
@@ -429,6 +447,8 @@ class _Request:
     messages: tuple[Mapping[str, Any], ...]
     tools: list[Any] | None
     limit: int | None
+    legacy_cap: bool = False
+    """The request capped the reply with ``max_tokens`` (not ``max_completion_tokens``)."""
 
 
 def reply(request: Mapping[str, Any]) -> dict[str, Any]:
@@ -437,21 +457,56 @@ def reply(request: Mapping[str, Any]) -> dict[str, Any]:
     Raises :class:`ScriptError` for a request the provider refuses.
     """
     req = _parse(request)
-    scripted = SCENARIOS[req.model](Conversation(req.messages))
+    scenario = SCENARIOS[req.model]
+    if scenario.reasoning:
+        return _reasoned(req, scenario)
+    scripted = scenario(Conversation(req.messages))
     message, finish = _clip_message(scripted, req.limit)
     prompt, completion = count_prompt(req.messages, req.tools), count_completion(message)
+    return _completion(
+        req, message, finish, {"prompt_tokens": prompt, "completion_tokens": completion}
+    )
+
+
+def _completion(
+    req: _Request, message: dict[str, Any], finish: str, usage: dict[str, Any]
+) -> dict[str, Any]:
+    total = usage["prompt_tokens"] + usage["completion_tokens"]
     return {
         "id": f"chatcmpl-{_digest(req)}",
         "object": "chat.completion",
         "created": 0,
         "model": req.model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        },
+        "usage": {**usage, "total_tokens": total},
     }
+
+
+def _reasoned(req: _Request, scenario: Scenario) -> dict[str, Any]:
+    """A reasoning model's reply: it thinks first, within ``max_completion_tokens``
+    (thinking that fills the cap leaves an empty answer, cut at ``length``), and
+    reads the prompt it saw before (all but the last message) from its cache."""
+    if req.legacy_cap:
+        raise _invalid(
+            "unsupported_parameter",
+            "Unsupported parameter: 'max_tokens' is not supported with this model. "
+            "Use 'max_completion_tokens' instead.",
+        )
+    thinking = scenario.reasoning if req.limit is None else min(scenario.reasoning, req.limit)
+    visible = None if req.limit is None else req.limit - thinking
+    if visible is not None and visible < 1:
+        message, finish = {"role": "assistant", "content": ""}, "length"
+    else:
+        message, finish = _clip_message(scenario(Conversation(req.messages)), visible)
+    prompt = count_prompt(req.messages, req.tools)
+    seen = count_prompt(req.messages[:-1], req.tools) if len(req.messages) > 1 else 0
+    usage = {
+        "prompt_tokens": prompt,
+        "completion_tokens": thinking + count_completion(message) * (message["content"] != ""),
+        "prompt_tokens_details": {"cached_tokens": min(seen // CACHE_BLOCK * CACHE_BLOCK, prompt)},
+        "completion_tokens_details": {"reasoning_tokens": thinking},
+    }
+    return _completion(req, message, finish, usage)
 
 
 def _parse(request: object) -> _Request:
@@ -465,7 +520,7 @@ def _parse(request: object) -> _Request:
         raise _invalid("missing_model", "'model' must be a string naming a scenario")
     if model not in SCENARIOS:
         raise ScriptError(404, "model_not_found", f"The model `{model}` does not exist.")
-    return _Request(model, messages, tools, limit)
+    return _Request(model, messages, tools, limit, request.get("max_tokens") is not None)
 
 
 def _messages(value: object) -> tuple[Mapping[str, Any], ...]:

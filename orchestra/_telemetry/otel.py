@@ -363,6 +363,12 @@ class OTelTracer:
         ):
             if d.get(field):
                 attributes[key] = str(d[field])
+        for key, field in (
+            ("gen_ai.usage.cache_read.input_tokens", "cached_input_tokens"),
+            ("gen_ai.usage.reasoning.output_tokens", "reasoning_tokens"),
+        ):
+            if d.get(field):  # subsets of input_tokens and output_tokens, as reported
+                attributes[key] = int(d[field])
         if self._capture and run.state.messages:
             reply = run.state.messages[-1]  # appended just before this event
             attributes["gen_ai.output.messages"] = content.output_messages(reply, str(d["finish"]))

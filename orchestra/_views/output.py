@@ -48,7 +48,7 @@ def print_tree(report: dict[str, Any]) -> None:
 def _footer(report: dict[str, Any]) -> Iterator[Text]:
     from rich.text import Text
 
-    from .text import budget_usd, duration, status_text, tokens, usd
+    from .text import budget_usd, duration, status_text, token_details, tokens, usd
 
     if report["answer"]:
         yield Text.assemble("\n", ("answer: ", "bold"), report["answer"])
@@ -64,6 +64,9 @@ def _footer(report: dict[str, Any]) -> Iterator[Text]:
         left = usd(report["budget_left_usd"]) if report["budget_left_usd"] else "nothing"
         spent += f" of {budget_usd(report['budget_usd'])} ({left} left)"
     spent += f", {tokens(report.get('tree_tokens') or 0)} tokens"
+    spent += token_details(
+        report.get("tree_cached_input_tokens") or 0, report.get("tree_reasoning_tokens") or 0
+    )
     if report.get("budget_tokens") is not None:
         spent += f" of {tokens(report['budget_tokens'])} ({tokens(report['tokens_left'])} left)"
     yield Text(spent)

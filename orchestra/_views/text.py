@@ -25,6 +25,7 @@ __all__ = [
     "runs_lines",
     "short_id",
     "status_text",
+    "token_details",
     "tokens",
     "tree_lines",
     "usd",
@@ -79,6 +80,15 @@ def tokens(count: int) -> str:
     if count < 999_950:
         return f"{count / 1000:.1f}".removesuffix(".0") + "k"
     return f"{count / 1_000_000:.1f}".removesuffix(".0") + "M"
+
+
+def token_details(cached: int, reasoning: int) -> str:
+    """`` (1.2k cached, 300 reasoning)``: the parts of a token count billed or spent
+    apart (cached input, reasoning output), or nothing when there are none."""
+    parts = [
+        f"{tokens(n)} {word}" for n, word in ((cached, "cached"), (reasoning, "reasoning")) if n
+    ]
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def duration(ms: float) -> str:

@@ -9,7 +9,7 @@ every update that does not change the form.
 from __future__ import annotations
 
 from .._state import RunState, Usage
-from .._views.text import budget_usd, duration, short_id, tokens, usd
+from .._views.text import budget_usd, duration, short_id, token_details, tokens, usd
 from ._actions_view import actions_html
 from ._events_view import events_html
 from ._html import Child, Html, h
@@ -140,7 +140,7 @@ def _spent(root: RunState, tree: Usage) -> str:
     said += f", {tokens(tree.tokens)} tokens"
     if root.limits.max_tokens_total is not None:
         said += f" of {tokens(root.limits.max_tokens_total)}"
-    return said
+    return said + token_details(tree.cached_input_tokens, tree.reasoning_tokens)
 
 
 def _calls(root: RunState, tree: Usage, runs: int) -> str:

@@ -41,7 +41,7 @@ from .._events import EventSink
 from .._exceptions import ConfigError, StateError, StoreError, StoreUnreachable
 from .._execute import execute, trio_deadline
 from .._model.provider import OpenAIProvider
-from .._money import PriceTable
+from .._prices import PriceTable
 from .._recipes.recipe import Recipe
 from .._run import LiveRun
 from .._scripted.server import DEMO_API_KEY

@@ -49,7 +49,7 @@ def test_an_unknown_modifier_is_a_usage_error_listing_the_choices() -> None:
     assert result.exit_code == 2
     assert "'teapot'" in result.output and "hang, garbage, truncated" in result.output
     result = CliRunner().invoke(main, ["demo", "plann+500"])
-    assert result.exit_code == 2 and "choose one of plan, runaway" in result.output
+    assert result.exit_code == 2 and "choose one of plan, reasoning, runaway" in result.output
 
 
 def test_help_lists_each_scenario_on_its_line_and_the_fault_syntax() -> None:

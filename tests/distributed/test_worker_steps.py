@@ -19,7 +19,7 @@ import trio
 from orchestra import Agent, Limits, Runner, Status, StoreUnreachable
 from orchestra._execute import new_state
 from orchestra._model.provider import ChatReply, ChatRequest
-from orchestra._money import PriceTable
+from orchestra._prices import PriceTable
 from orchestra._run import LiveRun
 from orchestra._state import RunState
 from orchestra.distributed import PostgresLedger, PostgresStore

@@ -65,6 +65,36 @@ def test_implausible_usage_is_refused_naming_the_field(field, value, shown):
     assert f"usage.{field} in the reply: {shown} " in str(caught.value)
 
 
+def test_cached_and_reasoning_tokens_are_read_from_the_usage_details():
+    usage = {
+        "prompt_tokens": 100,
+        "completion_tokens": 40,
+        "prompt_tokens_details": {"cached_tokens": 64, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 30},
+    }
+    reply = parse(body(usage=usage))
+    assert (reply.cached_tokens, reply.reasoning_tokens) == (64, 30)
+    for absent in ({}, {"prompt_tokens_details": None, "completion_tokens_details": {}}):
+        reply = parse(body(usage={"prompt_tokens": 100, "completion_tokens": 40, **absent}))
+        assert (reply.cached_tokens, reply.reasoning_tokens) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("details", "value"),
+    [
+        ("prompt_tokens_details.cached_tokens", 101),
+        ("prompt_tokens_details.cached_tokens", -1),
+        ("completion_tokens_details.reasoning_tokens", "30"),
+        ("completion_tokens_details.reasoning_tokens", 41),
+    ],
+)
+def test_implausible_usage_details_are_refused_naming_the_field(details, value):
+    group, field = details.split(".")
+    usage = {"prompt_tokens": 100, "completion_tokens": 40, group: {field: value}}
+    with pytest.raises(ProviderReplyError, match=rf"usage\.{details} in the reply"):
+        parse(body(usage=usage))
+
+
 def test_a_huge_usage_string_is_shown_shortened():
     usage = {"prompt_tokens": "9" * 10_000, "completion_tokens": 1}
     with pytest.raises(ProviderReplyError, match=r"usage\.prompt_tokens") as caught:

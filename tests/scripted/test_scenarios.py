@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestra._model.tokens import count_completion, count_prompt, count_text
+from orchestra._scripted.scenarios import CACHE_BLOCK, REASONING_TOKENS
 from orchestra.testing import SANDBOX_FILES, SCENARIOS, ScriptError, make_sandbox, reply
 
 PLAN_ANSWER = "errors.log mentions a timeout: worker 7 timed out after 30000 ms."
@@ -139,7 +140,11 @@ def request(model: str = "plan", **extra: Any) -> dict[str, Any]:
 # -- shape ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("model", sorted(SCENARIOS))
+PLAIN = sorted(name for name, scenario in SCENARIOS.items() if not scenario.reasoning)
+"""The scenarios of a model that does not reason (``reasoning`` is tested on its own)."""
+
+
+@pytest.mark.parametrize("model", PLAIN)
 def test_every_scenario_replies_with_a_chat_completion(model: str) -> None:
     messages = drive("plan", "go", turns=0)
     response = reply({"model": model, "messages": messages, "tools": TOOLS})
@@ -517,7 +522,7 @@ def test_a_reply_within_the_limit_is_untouched() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(model=st.sampled_from(sorted(SCENARIOS)), turns=st.integers(0, 3), limit=st.integers(1, 60))
+@given(model=st.sampled_from(PLAIN), turns=st.integers(0, 3), limit=st.integers(1, 60))
 def test_completion_tokens_never_exceed_max_tokens(model: str, turns: int, limit: int) -> None:
     messages = drive(model, "go [depth 1] children=2", turns=turns)
     response = reply({"model": model, "messages": messages, "max_tokens": limit})
@@ -542,3 +547,28 @@ def test_make_sandbox_writes_the_files(tmp_path: Path) -> None:
     root = make_sandbox(tmp_path / "box")
     assert root == tmp_path / "box"
     assert {p.name: p.read_text(encoding="utf-8") for p in root.iterdir()} == dict(SANDBOX_FILES)
+
+
+# -- a reasoning model ---------------------------------------------------------------------
+
+
+def test_the_reasoning_model_refuses_max_tokens_as_openai_s_do() -> None:
+    with pytest.raises(ScriptError) as caught:
+        reply(request("reasoning", max_tokens=100))
+    assert caught.value.status == 400
+    assert "Use 'max_completion_tokens' instead" in str(caught.value)
+
+
+@settings(max_examples=100, deadline=None)
+@given(turns=st.integers(0, 3), limit=st.integers(1, 700))
+def test_reasoning_counts_against_max_completion_tokens(turns: int, limit: int) -> None:
+    messages = drive("reasoning", "go", turns=turns)
+    response = reply({"model": "reasoning", "messages": messages, "max_completion_tokens": limit})
+    usage, (choice,) = response["usage"], response["choices"]
+    reasoning = usage["completion_tokens_details"]["reasoning_tokens"]
+    assert reasoning == min(REASONING_TOKENS, limit)
+    assert reasoning <= usage["completion_tokens"] <= limit  # thinking is output, within the cap
+    if limit <= REASONING_TOKENS:  # thinking filled the cap: nothing left to say
+        assert choice["message"]["content"] == "" and choice["finish_reason"] == "length"
+    cached = usage["prompt_tokens_details"]["cached_tokens"]
+    assert cached % CACHE_BLOCK == 0 and cached <= usage["prompt_tokens"]

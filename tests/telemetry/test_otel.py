@@ -536,3 +536,18 @@ def test_a_service_version_from_the_environment_is_kept(monkeypatch):
         assert spans.sink.resource.attributes["service.version"] == "9.9"
     finally:
         spans.shutdown(timeout_millis=5000)
+
+
+async def test_chat_spans_say_cached_and_reasoning_tokens(traced, exporter, scenario_agent):
+    result = await traced.run(scenario_agent("reasoning"), "go")
+    chats = by_name(exporter.get_finished_spans(), "chat ")
+    assert len(chats) == result.state.own.model_calls == 3
+    reasoning = [s.attributes["gen_ai.usage.reasoning.output_tokens"] for s in chats]
+    assert reasoning == [300, 300, 300]
+    cached = [s.attributes.get("gen_ai.usage.cache_read.input_tokens", 0) for s in chats]
+    assert cached == sorted(cached) and sum(cached) == result.state.own.cached_input_tokens > 0
+    for span in chats:  # subsets of the totals, as the conventions say
+        assert (
+            span.attributes["gen_ai.usage.reasoning.output_tokens"]
+            <= span.attributes["gen_ai.usage.output_tokens"]
+        )
