@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Any
 
 import attrs
@@ -81,6 +79,8 @@ def published_price(model: str, endpoint: str | None = None) -> Price | None:
     """The published price of ``model`` (at ``endpoint``, if its provider is
     known by its URL; else of whichever provider sells it), or None when
     unknown or when ``genai-prices`` is not installed."""
+    from datetime import UTC, datetime
+
     try:
         from genai_prices import __version__, data_snapshot
     except ImportError:
@@ -115,11 +115,13 @@ def _price(prices: Any, source: str) -> Price | None:
 
 
 def _tier(rates: Mapping[str, Any], start: int) -> PriceTier:
+    from decimal import Decimal  # loaded with genai-prices already
+
     def at(name: str) -> float | None:
         rate = rates[name]
         if rate is None:
             return None
-        if isinstance(rate, Decimal | int | float):
+        if isinstance(rate, Decimal | int | float):  # a flat rate
             return float(rate)
         reached = [t.price for t in rate.tiers if t.start <= start]
         return float(reached[-1] if reached else rate.base)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +54,8 @@ class DemoCommand(click.Command):
 
 
 def _sandbox(directory: str | None) -> Path:
+    import tempfile
+
     from .._scripted import make_sandbox
 
     if directory is None:

@@ -7,11 +7,15 @@ same way.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
 
-from .._model.margin import Margin
 from .._money import Price
-from .._prices import PriceTable
+
+if TYPE_CHECKING:  # imported where used: `orchestra --help` needs neither
+    from .._model.margin import Margin
+    from .._prices import PriceTable
 
 __all__ = ["SCRIPTED_PRICE", "Money"]
 
@@ -32,6 +36,8 @@ class Money:
     def prices(self, *, assumed_is_known: bool) -> PriceTable:
         """The price table: the given prices, else the default (said to be assumed
         unless ``assumed_is_known``, as for the scripted provider)."""
+        from .._prices import PriceTable
+
         if self.price_in is None and self.price_out is None and self.price_cached is None:
             if assumed_is_known:  # the scripted provider: its prices are the default
                 return PriceTable(default=SCRIPTED_PRICE, published=False, warn_unknown=False)
@@ -49,4 +55,6 @@ class Money:
 
     def margin(self) -> Margin:
         """The floor of the prompt margin."""
+        from .._model.margin import Margin
+
         return Margin(ratio=self.margin_ratio, tokens=self.margin_tokens)

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .._exceptions import ConfigError, StateError
-from .._prices import PriceTable
 from .._state import Limits, RunState
 from .money import Money
 
@@ -30,6 +29,7 @@ if TYPE_CHECKING:  # imported where used: `orchestra --help` and `show` need non
     from .._agent import Agent, ToolPolicy
     from .._model.provider import OpenAIProvider
     from .._model.retry import RetryPolicy
+    from .._prices import PriceTable
     from .._tools import Tool
 
 __all__ = ["Recipe"]
