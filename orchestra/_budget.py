@@ -159,15 +159,20 @@ def _budget_exit(reason: str) -> Exit:
     return Exit(status=Status.BUDGET_EXCEEDED, reason=reason)
 
 
-def settle(run: LiveRun, grant: Grant, reply: ChatReply | None, margin: Margin) -> Usage:
-    """Release ``grant`` and charge what the reply really cost (nothing if no reply).
+def settle(
+    run: LiveRun, grant: Grant, reply: ChatReply | None, margin: Margin, arrived: int = 0
+) -> Usage:
+    """Release ``grant`` and charge what the reply really cost.
 
     A reply without usage is charged as estimated: the prompt as reserved, and
-    our count of the reply widened by ``margin`` (at most ``max_tokens``).
+    our count of the reply widened by ``margin`` (at most ``max_tokens``). No
+    reply: nothing, unless part of a streamed one had ``arrived`` (tokens, by
+    our count) before it was cut: then the prompt as reserved and what arrived
+    (at most ``max_tokens``).
     """
     run.reserve(-grant.pico, -1, -grant.tokens)
     if reply is None:
-        return Usage()
+        return _charge_cut(run, grant, arrived) if arrived else Usage()
     prompt, completion = reply.prompt_tokens, reply.completion_tokens
     if not reply.usage_reported:
         prompt = grant.prompt
@@ -181,6 +186,19 @@ def settle(run: LiveRun, grant: Grant, reply: ChatReply | None, margin: Margin) 
         cost_pico=price.cost(prompt, completion, reply.cached_tokens),
         cached_input_tokens=reply.cached_tokens,
         reasoning_tokens=reply.reasoning_tokens,
+    )
+    run.charge(usage)
+    return usage
+
+
+def _charge_cut(run: LiveRun, grant: Grant, arrived: int) -> Usage:
+    completion = min(arrived, grant.max_tokens)
+    price = run.runner.price_of(run.state.model)
+    usage = Usage(
+        model_calls=1,
+        prompt_tokens=grant.prompt,
+        completion_tokens=completion,
+        cost_pico=price.cost(grant.prompt, completion),
     )
     run.charge(usage)
     return usage

@@ -4,7 +4,9 @@ Event types: ``run_started``, ``model_request``, ``model_retry``, ``turn``,
 ``tool_start``, ``tool_progress``, ``tool_error`` (a tool raised: its
 ``error_type`` and ``error``, just before its ``tool_result``), ``tool_result``
 (with ``timed_out`` and ``in_doubt`` when a call ran out of time),
-``approval_required``, ``run_stopped``.
+``approval_required``, ``run_stopped``; ``reply_cut`` (a streamed reply cut
+midway: its tokens, charged, and its text); ``text_delta`` (a piece of a
+streamed reply's text: to live readers and sinks only, never saved).
 
 Every string in an event's data is redacted when the event is made (API keys,
 ``Authorization`` values, key shapes: see :mod:`orchestra._redact`), so no
@@ -67,14 +69,20 @@ EventSink = Callable[[Event], None]
 
 
 class JsonlSink:
-    """Writes each event as one JSON line to a text stream (a file or stderr)."""
+    """Writes each event as one JSON line to a text stream (a file or stderr);
+    the ``text_delta`` events of streamed replies only with ``deltas=True``."""
 
-    def __init__(self, stream: IO[str] | None = None, *, path: str | None = None) -> None:
+    def __init__(
+        self, stream: IO[str] | None = None, *, path: str | None = None, deltas: bool = False
+    ) -> None:
         self._owned = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115
         self._stream = self._owned or stream or sys.stderr
         self._lock = threading.Lock()
+        self._deltas = deltas
 
     def __call__(self, event: Event) -> None:
+        if event.type == "text_delta" and not self._deltas:
+            return  # one line per reply (its ``turn``) unless asked for every delta
         line = json.dumps(event.to_dict(), default=str, separators=(",", ":"))
         with self._lock:
             self._stream.write(line + "\n")

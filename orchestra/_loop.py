@@ -99,29 +99,41 @@ async def _call(run: LiveRun, ask: _Ask) -> tuple[ChatReply, Usage] | None:
         max_tokens=ask.grant.max_tokens,
     )
     reply: ChatReply | None = None
+    cut: ProviderError | None = None
     usage = Usage()
+    arrived = _Arrived(run)
     sized = attrs.evolve(
-        ask.request, messages=list(ask.request.messages), max_tokens=ask.grant.max_tokens
+        ask.request,
+        messages=list(ask.request.messages),
+        max_tokens=ask.grant.max_tokens,
+        listener=arrived,
     )
     try:
         reply = await complete_with_retries(
-            partial(run.runner.provider.complete, sized),
+            partial(_attempt, run, sized, arrived),
             run.runner.retry,
             time_left=lambda: run.deadline - trio.current_time(),
             on_retry=partial(_retrying, run),
         )
+    except _Cut as exc:
+        cut = exc.error
     except ProviderError as exc:
         run.finish(_provider_exit(run, exc))
     finally:
-        release = partial(settle, run, ask.grant, reply, ask.margin)
+        if reply is None and arrived.tokens:
+            _record_cut(run, arrived)
+        release = partial(settle, run, ask.grant, reply, ask.margin, arrived.tokens)
         ledger = run.runner.ledger
         if ledger is None:
             usage = release()
         else:
             with trio.CancelScope(shield=True):  # a reservation is always released
                 usage = await ledger.released(run, release)
+    if cut is not None:
+        _after_cut(run, cut)
     if reply is None:
         return None
+    run.cut_streams = 0
     if reply.usage_reported:
         run.runner.observe_prompt(
             ask.request.model,
@@ -130,6 +142,68 @@ async def _call(run: LiveRun, ask: _Ask) -> tuple[ChatReply, Usage] | None:
             messages=len(ask.request.messages),
         )
     return reply, usage
+
+
+class _Cut(Exception):
+    """A streamed reply failed after part of it arrived: not retried in place (the
+    part is charged first; the loop asks again within what is left)."""
+
+    def __init__(self, error: ProviderError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+@attrs.define(eq=False)
+class _Arrived:
+    """What a streamed reply delivered so far, by our counts (charged if it is cut);
+    its text goes to the runner's live readers as it comes."""
+
+    run: LiveRun
+    pieces: list[str] = attrs.Factory(list)
+    tokens: int = 0
+
+    def text(self, piece: str, tokens: int) -> None:
+        self.pieces.append(piece)
+        self.tokens += tokens
+        self.run.runner.delta(self.run, piece, tokens)
+
+    def arguments(self, piece: str, tokens: int) -> None:
+        self.tokens += tokens
+
+
+async def _attempt(run: LiveRun, request: ChatRequest, arrived: _Arrived) -> ChatReply:
+    try:
+        return await run.runner.provider.complete(request)
+    except ProviderError as exc:
+        if arrived.tokens:
+            raise _Cut(exc) from exc
+        raise
+
+
+CUT_TEXT_KEPT = 2000
+"""Characters of a cut reply's text kept in its ``reply_cut`` event."""
+
+
+def _record_cut(run: LiveRun, arrived: _Arrived) -> None:
+    """Say what a cut stream delivered (kept with the run's events, never in its
+    transcript: a partial reply is never taken for a reply)."""
+    text = "".join(arrived.pieces)
+    run.emit(
+        "reply_cut",
+        turn=run.state.turns + 1,
+        tokens=arrived.tokens,
+        text=text[:CUT_TEXT_KEPT],
+        reason=run.cancel_reason or "the stream failed",
+    )
+
+
+def _after_cut(run: LiveRun, error: ProviderError) -> None:
+    """A stream that failed midway: asked again (by the next step, within what is
+    left), unless the failure is not transient or streams keep being cut."""
+    run.cut_streams += 1
+    retry = run.runner.retry
+    if not retry.transient(error) or run.cut_streams >= retry.attempts:
+        run.finish(_provider_exit(run, error))
 
 
 def _retrying(run: LiveRun, attempt: int, error: ProviderError, wait: float) -> None:

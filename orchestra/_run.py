@@ -96,6 +96,10 @@ class Host(Protocol):
         """Record event ``type_`` about ``run`` (``data``: not redacted yet)."""
         ...
 
+    def delta(self, run: LiveRun, text: str, tokens: int) -> None:
+        """A piece of a streamed reply's text (to live readers only, never saved)."""
+        ...
+
     def save(self, state: RunState, events: Sequence[dict[str, Any]] = ()) -> None:
         """Save ``state`` (fenced by the tree's lease)."""
         ...
@@ -156,6 +160,9 @@ class LiveRun:
     reserved_tokens: int = 0
     scope: trio.CancelScope | None = None
     cancel_reason: str | None = None
+    cut_streams: int = 0
+    """Streamed replies cut in a row (reset by a whole reply): past the retry
+    policy's attempts, the provider is taken as unavailable."""
     events: list[dict[str, Any]] = attrs.Factory(list)
     """Events emitted since the last save; they are stored with the next one."""
     deadline: float = float("inf")

@@ -36,6 +36,7 @@ from ._cancelled import unwrapped
 from ._events import Event, EventSink, event_record
 from ._exceptions import LeaseError, LeaseLost, StateError
 from ._execute import execute, load_live, new_state, reopen, result_of, spawn_child
+from ._feed import EventFeed
 from ._model.margin import Calibration, Margin, provider_key
 from ._model.provider import Provider
 from ._model.retry import RetryPolicy
@@ -64,6 +65,13 @@ class RunHandle:
     _done: trio.Event = attrs.Factory(trio.Event)
     _result: RunResult | None = None
     _error: Exception | None = None
+
+    def events(self) -> EventFeed:
+        """Every event of the tree from now on, deltas of streamed replies included,
+        as an async iterator that ends after the root's ``run_stopped`` (see
+        :mod:`orchestra._feed`). Call it right after :meth:`Runner.start` to see
+        the tree's first events; each call is a reader of its own."""
+        return self._runner.feed(self.run_id)
 
     def cancel(self, reason: str = "cancelled") -> None:
         """Stop the run and its whole subtree; each ends ``interrupted`` with ``reason``.
@@ -141,6 +149,8 @@ class Runner:
     """Trees this runner executes with a lease, and when each lease is next renewed."""
     _fences: dict[str, Fence] = attrs.field(factory=dict, init=False)
     """The lease this runner took on each tree it executes (saves are fenced by it)."""
+    _feeds: dict[str, list[EventFeed]] = attrs.field(factory=dict, init=False)
+    """The readers of each tree's events (:meth:`RunHandle.events`)."""
     _poller: trio.Event | None = attrs.field(default=None, init=False)
     """Set when the watcher that polls for every tree stops (another takes over)."""
     owner: str = attrs.field(factory=lambda: f"pid {os.getpid()} on {socket.gethostname()}")
@@ -187,7 +197,7 @@ class Runner:
         :class:`Event` is made: only the record the store keeps.
         """
         s = run.state
-        if self.tracer is None and self.sink is None:
+        if self.tracer is None and self.sink is None and s.root_id not in self._feeds:
             record = event_record(
                 type_, s.run_id, s.root_id, s.parent_id, self.now(), redact_data(data)
             )
@@ -206,6 +216,43 @@ class Runner:
         if self.sink is not None:
             self.sink(event)
         run.events.append(event.to_dict())
+        if s.root_id in self._feeds:
+            self._to_feeds(run, event)
+
+    def delta(self, run: LiveRun, text: str, tokens: int) -> None:
+        """A piece of a streamed reply's text: to the sink and the tree's readers
+        only (never saved, never traced)."""
+        s = run.state
+        if self.sink is None and s.root_id not in self._feeds:
+            return
+        event = Event(
+            type="text_delta",
+            run_id=s.run_id,
+            root_id=s.root_id,
+            parent_id=s.parent_id,
+            at=self.now(),
+            data={"text": text, "tokens": tokens},
+        )
+        if self.sink is not None:
+            self.sink(event)
+        if s.root_id in self._feeds:
+            self._to_feeds(run, event)
+
+    def feed(self, root_id: str) -> EventFeed:
+        """A new reader of the events of tree ``root_id`` (see :meth:`RunHandle.events`)."""
+        feed = EventFeed()
+        self._feeds.setdefault(root_id, []).append(feed)
+        return feed
+
+    def _to_feeds(self, run: LiveRun, event: Event) -> None:
+        depth = len(run.lineage()) - 1
+        shown = attrs.evolve(event, data={**event.data, "depth": depth})
+        feeds = self._feeds[event.root_id]
+        for feed in feeds:
+            feed.put(shown)
+        if event.type == "run_stopped" and event.parent_id is None:
+            for feed in self._feeds.pop(event.root_id):
+                feed.close()
 
     def save(self, state: RunState, events: Sequence[dict[str, Any]] = ()) -> None:
         """Save ``state`` fenced by this runner's lease on its tree.

@@ -138,6 +138,7 @@ class Output:
     trace: str | None
     store_path: str | None
     as_json: bool
+    json_events: bool
     otlp: bool
     otlp_protocol: str | None
     otlp_endpoint: str | None
@@ -158,6 +159,12 @@ output_options = bundled(
         ),
         store_option,
         json_option,
+        click.option(
+            "--json-events",
+            is_flag=True,
+            help="Print every event of the tree as it happens, text deltas of streamed "
+            'replies included, as JSON lines on stdout; the report last ("type": "report").',
+        ),
         click.option("--otlp", is_flag=True, help="Export OpenTelemetry spans over OTLP."),
         click.option(
             "--otlp-protocol",

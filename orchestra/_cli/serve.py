@@ -162,10 +162,20 @@ def mcp_list(server: str, as_json: bool) -> None:
     metavar="MS",
     help="Milliseconds to wait before each reply.",
 )
-def serve_scripted_command(host: str, port: int, latency_ms: float) -> None:
+@click.option(
+    "--chunk-ms",
+    type=Number(max=60_000.0),
+    default=0.0,
+    show_default=True,
+    metavar="MS",
+    help="Milliseconds to wait before each chunk of a streamed reply.",
+)
+def serve_scripted_command(host: str, port: int, latency_ms: float, chunk_ms: float) -> None:
     """Serve the scripted provider over HTTP until Ctrl-C (or SIGTERM).
 
-    Its URL is printed on stderr; each request's model names the scenario.
+    Its URL is printed on stderr; each request's model names the scenario. A
+    request with "stream": true is answered with server-sent events, as
+    OpenAI's API does (a usage chunk with stream_options.include_usage).
     """
     import signal
 
@@ -179,7 +189,11 @@ def serve_scripted_command(host: str, port: int, latency_ms: float) -> None:
                 try:
                     url = await nursery.start(
                         lambda task_status: serve_scripted(
-                            host=host, port=port, latency=latency_ms / 1000, task_status=task_status
+                            host=host,
+                            port=port,
+                            latency=latency_ms / 1000,
+                            chunk_s=chunk_ms / 1000,
+                            task_status=task_status,
                         )
                     )
                 except OSError as exc:

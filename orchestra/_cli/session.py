@@ -88,6 +88,12 @@ class Session:
     tracer: Any = None
     live: bool = False
     """Draw the tree's progress on stderr while it runs (only if stderr is a terminal)."""
+    json_events: bool = False
+    """Print every event, text deltas included, as JSON lines on stdout."""
+
+
+def _events_out(session: Session) -> EventSink | None:
+    return JsonlSink(sys.stdout, deltas=True) if session.json_events else None
 
 
 @contextlib.contextmanager
@@ -124,7 +130,7 @@ async def supervise(
             runner = Runner(
                 provider=provider,
                 store=session.store,
-                sink=fanout(trace, live, Notices()),
+                sink=fanout(trace, live, Notices(), _events_out(session)),
                 tracer=session.tracer,
                 prices=session.recipe.prices(),
                 retry=session.recipe.retry(),

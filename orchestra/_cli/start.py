@@ -80,7 +80,8 @@ def session(
         api_key=api_key,
         cancel_after=cancel_after,
         tracer=tracer,
-        live=not output.as_json,
+        live=not (output.as_json or output.json_events),
+        json_events=output.json_events,
     )
     return made, spans
 
@@ -144,7 +145,9 @@ def finish(
     from .._views.report import report
 
     out = report(result, session.store, elapsed, session.recipe.directory)
-    if output.as_json:
+    if output.json_events:
+        click.echo(json.dumps({"type": "report", **out}, sort_keys=True))
+    elif output.as_json:
         if spans is not None:
             out["spans_exported"] = _export_spans(spans)
         click.echo(json.dumps(out, sort_keys=True))

@@ -25,11 +25,12 @@ connection (httpcore shields that cleanup).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import ssl
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -37,6 +38,9 @@ import attrs
 import httpcore
 import httpx
 import trio
+from httpx_sse import EventSource
+
+from .stream import is_event_stream
 
 __all__ = ["SHARD_CONNECTIONS", "Endpoint", "HTTPReply"]
 
@@ -98,6 +102,27 @@ class Endpoint:
             shard.busy += 1
             try:
                 return await shard.send(target, content)
+            finally:
+                shard.busy -= 1
+
+    async def stream(self, path: str, content: bytes, feed: Callable[[str], bool]) -> HTTPReply:
+        """POST ``content`` and hand each server-sent event's data to ``feed`` as it
+        arrives, until the stream ends or ``feed`` returns False (then it is closed).
+
+        Returns the response with an empty body when it streamed; a response that
+        is not a 200 event stream (an error, a server that does not stream) is
+        returned whole, body read, ``feed`` never called.
+
+        Raises:
+            httpx.HTTPError: the request or the stream failed (connect, timeout,
+                the connection cut mid-stream...).
+        """
+        target = self._target(path)
+        async with self._admission:
+            shard = self._shard()
+            shard.busy += 1
+            try:
+                return await shard.stream(target, content, feed)
             finally:
                 shard.busy -= 1
 
@@ -167,6 +192,97 @@ class _Shard:
             return await _send_core(self.pool, target, content)
         return await _send_httpx(self.pool, target, content)
 
+    async def stream(
+        self, target: _Target, content: bytes, feed: Callable[[str], bool]
+    ) -> HTTPReply:
+        if isinstance(self.pool, httpcore.AsyncConnectionPool):
+            response = await _open_core(self.pool, target, content)
+        else:
+            response = await _open_httpx(self.pool, target, content)
+        try:
+            headers = {k.lower(): v for k, v in response.headers.items()}
+            if response.status_code != 200 or not is_event_stream(headers):
+                return HTTPReply(response.status_code, headers, await response.aread())
+            await _read_events(response, feed)
+            return HTTPReply(response.status_code, headers, b"")
+        finally:
+            await response.aclose()
+
+
+DRAINED_EVENTS = 10_000
+"""Events read and dropped after ``feed`` had enough, at most, before the stream is
+closed mid-way."""
+
+
+async def _read_events(response: httpx.Response, feed: Callable[[str], bool]) -> None:
+    """Hand each event's data to ``feed`` until it has enough, then drain the rest.
+
+    The stream is read to its end rather than left mid-way: httpx and httpcore
+    read it through nested async generators, and leaving them unfinished is
+    what trio warns about. A server that goes on past :data:`DRAINED_EVENTS`
+    (one that ignores ``max_tokens``) is closed mid-way all the same.
+    """
+    reading, drained = True, 0
+    async for event in EventSource(response).aiter_sse():
+        if reading:
+            reading = feed(event.data)
+        else:
+            drained += 1
+            if drained > DRAINED_EVENTS:
+                return
+
+
+async def _open_core(
+    pool: httpcore.AsyncConnectionPool, target: _Target, content: bytes
+) -> httpx.Response:
+    """The response to a POST, its head read and its body still to come."""
+    length = (b"content-length", str(len(content)).encode("ascii"))
+    headers = [(b"host", target.host), *target.headers, length]
+    request = httpcore.Request(
+        b"POST", target.core_url, headers=headers, content=content, extensions=target.extensions
+    )
+    with _mapped():
+        response = await pool.handle_async_request(request)
+    return httpx.Response(response.status, headers=response.headers, stream=_CoreBody(response))
+
+
+async def _open_httpx(
+    transport: httpx.AsyncBaseTransport, target: _Target, content: bytes
+) -> httpx.Response:
+    request = httpx.Request(
+        "POST", target.url, content=content, headers=target.headers, extensions=target.extensions
+    )
+    response = await transport.handle_async_request(request)
+    response.request = request
+    return response
+
+
+class _CoreBody(httpx.AsyncByteStream):
+    """An httpcore response's body, its errors mapped to httpx's."""
+
+    def __init__(self, response: httpcore.Response) -> None:
+        self._response = response
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        with _mapped():
+            async for part in self._response.aiter_stream():
+                yield part
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+@contextlib.contextmanager
+def _mapped() -> Iterator[None]:
+    """httpcore's errors raised as the httpx errors they stand for."""
+    try:
+        yield
+    except httpcore.UnsupportedProtocol as exc:
+        raise httpx.UnsupportedProtocol(str(exc)) from exc
+    except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
+        mapped = getattr(httpx, type(exc).__name__, httpx.TransportError)
+        raise mapped(str(exc)) from exc
+
 
 async def _send_core(
     pool: httpcore.AsyncConnectionPool, target: _Target, content: bytes
@@ -176,17 +292,12 @@ async def _send_core(
     request = httpcore.Request(
         b"POST", target.core_url, headers=headers, content=content, extensions=target.extensions
     )
-    try:
+    with _mapped():
         response = await pool.handle_async_request(request)
         try:
             body = await response.aread()
         finally:
             await response.aclose()
-    except httpcore.UnsupportedProtocol as exc:
-        raise httpx.UnsupportedProtocol(str(exc)) from exc
-    except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
-        mapped = getattr(httpx, type(exc).__name__, httpx.TransportError)
-        raise mapped(str(exc)) from exc
     names = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in response.headers}
     if names.get("content-encoding", "identity") != "identity":  # decoded as httpx decodes it
         body = httpx.Response(response.status, headers=response.headers, content=body).content

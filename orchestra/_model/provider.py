@@ -43,6 +43,7 @@ from .._exceptions import (
 )
 from .._redact import excerpt, redact, register
 from .recover import cut_call, declared_names, recover_tool_calls
+from .stream import Assembly, Listener, is_event_stream
 
 if TYPE_CHECKING:  # imported by the client that uses it: `orchestra show` needs none
     import httpx
@@ -71,6 +72,8 @@ class ChatRequest:
     messages: Sequence[Mapping[str, Any]]
     tools: Sequence[Mapping[str, Any]] = ()
     max_tokens: int | None = None
+    listener: Listener | None = attrs.field(default=None, eq=False, repr=False)
+    """Told each piece of a streamed reply as it arrives (see :mod:`.stream`)."""
 
     def payload(self, cap: str = "max_tokens") -> dict[str, Any]:
         """The JSON body of the request (past calls' arguments as JSON: see
@@ -233,6 +236,7 @@ class OpenAIProvider:
         provider_name: str | None = None,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         cap_field: str | None = None,
+        stream: bool = True,
     ) -> None:
         url = base_url or _env_base_url()
         if not url:
@@ -248,6 +252,7 @@ class OpenAIProvider:
             raise ConfigError(f"cap_field must be one of {CAP_FIELDS}, got {cap_field!r}")
         self._cap_field = cap_field
         self._completion_cap: set[str] = set()
+        self._streams = stream
         """Models that refused ``max_tokens`` for ``max_completion_tokens``."""
         self.base_url = url.rstrip("/")
         if not (isinstance(max_connections, int) and max_connections >= 1):
@@ -304,9 +309,16 @@ class OpenAIProvider:
         """
         import httpx
 
+        assembly = Assembly(limit=request.max_tokens, listener=request.listener)
         try:
-            body = orjson.dumps(request.payload(cap))
-            response = await self._endpoint.post("/chat/completions", body)
+            if self._streams:
+                response = await self._endpoint.stream(
+                    "/chat/completions",
+                    self._body(request, cap),
+                    functools.partial(self._fed, assembly),
+                )
+            else:
+                response = await self._endpoint.post("/chat/completions", self._body(request, cap))
         except httpx.ConnectError as exc:
             raise self._unreachable(exc) from exc
         except httpx.HTTPError as exc:
@@ -314,6 +326,8 @@ class OpenAIProvider:
                 self._scrub(f"request to {self.base_url} failed: {exc!r}")
             ) from exc
         self._answered = True
+        if is_event_stream(response.headers):
+            return self._recovered(self._streamed(assembly), request)
         if response.status_code >= 400:
             raise ProviderHTTPError(
                 self._scrub(
@@ -327,6 +341,32 @@ class OpenAIProvider:
         except ProviderReplyError as exc:
             raise ProviderReplyError(self._scrub(str(exc))) from None
         return self._recovered(reply, request)
+
+    def _body(self, request: ChatRequest, cap: str) -> bytes:
+        payload = request.payload(cap)
+        if self._streams:
+            payload["stream"] = True
+            payload["stream_options"] = {"include_usage": True}
+        return orjson.dumps(payload)
+
+    def _fed(self, assembly: Assembly, data: str) -> bool:
+        """One event of a streamed reply; whether to read on (not done, not past the cap)."""
+        self._answered = True
+        try:
+            assembly.feed(data)
+        except ProviderReplyError as exc:
+            raise ProviderReplyError(self._scrub(str(exc))) from None
+        return not (assembly.done or assembly.over)
+
+    def _streamed(self, assembly: Assembly) -> ChatReply:
+        """The reply a stream delivered; a stream that ended before ``[DONE]`` (and
+        before its cap) failed in transport."""
+        if not (assembly.done or assembly.over):
+            raise ProviderHTTPError(self._scrub(f"{self.base_url} ended the stream before [DONE]"))
+        try:
+            return parse_reply(_Parsed(orjson.dumps(assembly.body())))
+        except ProviderReplyError as exc:
+            raise ProviderReplyError(self._scrub(str(exc))) from None
 
     def _unreachable(self, exc: Exception) -> ProviderUnreachable:
         """The error for a connection that could not be made, in words."""
@@ -436,6 +476,17 @@ def _error_text(response: Body) -> str:
         return str(_decoded(response.content)["error"]["message"])
     except (ValueError, KeyError, TypeError, RecursionError):
         return excerpt(response.text, 300)
+
+
+@attrs.frozen
+class _Parsed:
+    """A body to parse (a streamed reply, assembled)."""
+
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
 
 
 def parse_reply(response: Body) -> ChatReply:

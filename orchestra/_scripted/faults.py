@@ -19,6 +19,12 @@ A request's ``model`` may add faults to its scenario:
     then the connection closes.
 ``reset``
     the connection is reset (RST) without an answer.
+``cutK`` (e.g. ``cut3``)
+    a streamed reply stops after its first K events: the connection closes
+    (a reply that is not streamed is cut like ``truncated``).
+``stallK``
+    a streamed reply stalls after its first K events: nothing more comes
+    until the client gives up (a reply that is not streamed hangs).
 ``nousage``
     the reply lacks its ``usage`` object. Not counted: every reply.
 ``promptPCT`` (e.g. ``prompt160``)
@@ -45,11 +51,20 @@ import attrs
 
 from .scenarios import SCENARIOS, Answer, ScriptError, answer
 
-__all__ = ["BROKEN", "KEYWORDS", "FaultCounter", "FaultSpec", "Modifier", "Prepared"]
+__all__ = [
+    "BROKEN",
+    "KEYWORDS",
+    "FaultCounter",
+    "FaultSpec",
+    "Modifier",
+    "Prepared",
+    "events_sent",
+    "truncated",
+]
 
 KEYWORDS: Final = ("hang", "garbage", "truncated", "reset", "nousage")
 """The faults named by a word; any HTTP status from 400 to 599 is one too."""
-BROKEN: Final = frozenset({"hang", "truncated", "reset"})
+BROKEN: Final = frozenset({"hang", "truncated", "reset", "cut", "stall"})
 """Faults that break the HTTP exchange itself: each side plays them its own way."""
 GARBAGE: Final = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
 CHAT_PATHS: Final = frozenset({"/v1/chat/completions", "/chat/completions"})
@@ -63,6 +78,8 @@ class Modifier:
 
     name: str
     count: int = 1
+    after: int = 0
+    """For ``cut`` and ``stall``: how many events of a streamed reply get through."""
 
     @property
     def status(self) -> int | None:
@@ -70,16 +87,19 @@ class Modifier:
         return int(self.name) if self.name.isdigit() else None
 
     def __str__(self) -> str:
-        return self.name if self.count == 1 else f"{self.name}x{self.count}"
+        name = f"{self.name}{self.after}" if self.name in _STREAM_FAULTS else self.name
+        return name if self.count == 1 else f"{name}x{self.count}"
 
 
 def _unknown(model: str, part: str, why: str) -> ScriptError:
-    known = ", ".join(("NNN (an HTTP status 400-599)", *KEYWORDS, "promptPCT"))
+    known = ", ".join(("NNN (an HTTP status 400-599)", *KEYWORDS, "promptPCT", "cutK", "stallK"))
     message = f"bad fault modifier {part!r} in model {model!r}: {why} (known: {known}; xN repeats)"
     return ScriptError(404, "model_not_found", message)
 
 
 _PROMPT = re.compile(r"prompt(?P<percent>\d{1,4})")
+_STREAM_FAULTS: Final = ("cut", "stall")
+_STREAM = re.compile(r"(?P<name>cut|stall)(?P<after>\d{1,4})(?:x(?P<count>\d{1,9}))?")
 UNCOUNTED: Final = frozenset({"nousage", "prompt"})
 """Modifiers that shape every reply instead of failing some requests."""
 
@@ -87,6 +107,11 @@ UNCOUNTED: Final = frozenset({"nousage", "prompt"})
 def _modifier(model: str, part: str) -> Modifier:
     if (scaled := _PROMPT.fullmatch(part)) is not None:
         return Modifier("prompt", int(scaled["percent"]))
+    if (streamed := _STREAM.fullmatch(part)) is not None:
+        count = int(streamed["count"] or 1)
+        if count < 1:
+            raise _unknown(model, part, "the count must be >= 1")
+        return Modifier(streamed["name"], count, int(streamed["after"]))
     match = _MODIFIER.fullmatch(part)
     if match is None:
         raise _unknown(model, part, "not FAULT or FAULTxN")
@@ -209,8 +234,14 @@ class Prepared:
 
     @property
     def broken(self) -> str | None:
-        """The fault that breaks the exchange (``hang``, ``truncated``, ``reset``), if any."""
+        """The fault that breaks the exchange (``hang``, ``truncated``, ``reset``,
+        ``cut``, ``stall``), if any."""
         return self.fault.name if self.fault and self.fault.name in BROKEN else None
+
+    @property
+    def events_before_break(self) -> int:
+        """How many events of a streamed reply a ``cut`` or ``stall`` lets through."""
+        return self.fault.after if self.fault else 0
 
     def respond(
         self, method: str, target: str, *, latency: float, latency_ms: str | None, auth: str
@@ -268,6 +299,14 @@ def status_answer(status: int, auth: str) -> Answer:
 
 def _error(message: str, kind: str, code: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "code": code}}
+
+
+def events_sent(prepared: Prepared, events: int) -> int:
+    """How many of a streamed answer's ``events`` get through ``prepared``'s fault:
+    ``cutK``/``stallK`` K of them, ``truncated`` half, otherwise all."""
+    if prepared.broken in ("cut", "stall"):
+        return min(prepared.events_before_break, events)
+    return events // 2 if prepared.broken == "truncated" else events
 
 
 def truncated(content: bytes) -> bytes:

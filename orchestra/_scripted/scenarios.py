@@ -25,6 +25,7 @@ import attrs
 from .._model.tokens import count_completion, count_prompt, count_text, encoding
 
 __all__ = [
+    "CHUNK_HEADER",
     "LATENCY_HEADER",
     "SANDBOX_FILES",
     "SCENARIOS",
@@ -32,7 +33,9 @@ __all__ = [
     "Conversation",
     "Scenario",
     "ScriptError",
+    "Streamed",
     "answer",
+    "chunk_delay",
     "reply",
 ]
 
@@ -512,8 +515,8 @@ def _reasoned(req: _Request, scenario: Scenario) -> dict[str, Any]:
 def _parse(request: object) -> _Request:
     if not isinstance(request, Mapping):
         raise _invalid("invalid_request", "the request body must be a JSON object")
-    if request.get("stream"):
-        raise _invalid("unsupported_value", "streaming is not supported by the scripted provider")
+    if not isinstance(request.get("stream", False), bool):
+        raise _invalid("invalid_stream", "'stream' must be a boolean")
     model, messages = request.get("model"), _messages(request.get("messages"))
     tools, limit = _tools(request.get("tools")), _limit(request)
     if not isinstance(model, str):
@@ -600,6 +603,8 @@ def _clip(text: str, limit: int) -> str:
 
 LATENCY_HEADER: Final = "x-scripted-latency-ms"
 """Request header overriding the server's latency for one chat request, in milliseconds."""
+CHUNK_HEADER: Final = "x-scripted-chunk-ms"
+"""Request header setting the wait before each chunk of a streamed reply, in milliseconds."""
 
 
 @attrs.frozen
@@ -610,11 +615,27 @@ class Answer:
     body: Mapping[str, Any]
     delay: float = 0.0
     headers: tuple[tuple[str, str], ...] = ()
+    stream: Streamed | None = None
+    """For a request that asked ``stream: true`` and was answered 200: how to stream it."""
 
     @property
     def content(self) -> bytes:
         """The body, encoded as compact UTF-8 JSON."""
         return json.dumps(self.body, separators=(",", ":")).encode()
+
+    def events(self) -> list[bytes]:
+        """The server-sent events of a streamed answer (see :mod:`.stream`)."""
+        from .stream import chunks
+
+        assert self.stream is not None
+        return chunks(self.body, include_usage=self.stream.include_usage)
+
+
+@attrs.frozen
+class Streamed:
+    """How a streamed answer is sent: with a usage chunk or not."""
+
+    include_usage: bool = False
 
 
 _Handler: TypeAlias = Callable[[bytes, float, str | None], Answer]
@@ -651,7 +672,8 @@ def _chat(body: bytes, latency: float, latency_ms: str | None) -> Answer:
     except ScriptError as exc:
         return Answer(exc.status, exc.body())
     try:
-        return Answer(200, reply(_decode(body)), delay)
+        request = _decode(body)
+        return Answer(200, reply(request), delay, stream=_streamed(request))
     except ScriptError as exc:
         return Answer(exc.status, exc.body(), delay)
     except RecursionError:
@@ -668,6 +690,25 @@ def _delay(latency: float, latency_ms: str | None) -> float:
     if not 0 <= delay < float("inf"):
         raise _invalid("invalid_latency", f"{LATENCY_HEADER} must be a number >= 0")
     return delay
+
+
+def chunk_delay(default: float, header: str | None) -> float:
+    """Seconds to wait before each chunk of a streamed reply: the request's
+    :data:`CHUNK_HEADER` (milliseconds) if it sent a valid one, else ``default``."""
+    try:
+        value = float(header) / 1000 if header is not None else default
+    except ValueError:
+        return default
+    return value if 0 <= value <= 60 else default
+
+
+def _streamed(request: Any) -> Streamed | None:
+    """How to stream the answer to ``request`` (a valid chat request), if it asked to."""
+    if not request.get("stream"):
+        return None
+    options = request.get("stream_options")
+    include = isinstance(options, Mapping) and options.get("include_usage") is True
+    return Streamed(include_usage=include)
 
 
 def _decode(body: bytes) -> Any:

@@ -21,8 +21,8 @@ import attrs
 import h11
 import trio
 
-from .faults import FaultCounter, Prepared, truncated
-from .scenarios import LATENCY_HEADER, Answer
+from .faults import FaultCounter, Prepared, events_sent, truncated
+from .scenarios import CHUNK_HEADER, LATENCY_HEADER, Answer, chunk_delay
 
 __all__ = ["DEMO_API_KEY", "scripted_server", "serve_scripted"]
 
@@ -44,6 +44,7 @@ async def serve_scripted(
     port: int = 0,
     latency: float = 0.0,
     faults: bool = True,
+    chunk_s: float = 0.0,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the scripted provider forever on ``host:port`` (0 picks a free port).
@@ -53,20 +54,24 @@ async def serve_scripted(
     connections. ``latency`` seconds are slept (``trio.sleep``) before each chat
     reply; a request may override it with the ``x-scripted-latency-ms`` header.
     ``faults=False`` ignores fault modifiers (each request gets its base
-    scenario's reply): the outage is over.
+    scenario's reply): the outage is over. A request with ``stream: true`` is
+    answered with server-sent events, ``chunk_s`` seconds before each (the
+    ``x-scripted-chunk-ms`` header overrides it).
     """
     listeners = await trio.open_tcp_listeners(port, host=host)
     task_status.started(_base_url(host, listeners[0]))
     counter = FaultCounter(enabled=faults)
-    handler = functools.partial(_serve_connection, latency=latency, faults=counter)
+    handler = functools.partial(_serve_connection, latency=latency, faults=counter, chunk_s=chunk_s)
     await trio.serve_listeners(handler, listeners)
 
 
 @asynccontextmanager
-async def scripted_server(*, latency: float = 0.0, faults: bool = True) -> AsyncIterator[str]:
+async def scripted_server(
+    *, latency: float = 0.0, faults: bool = True, chunk_s: float = 0.0
+) -> AsyncIterator[str]:
     """Run :func:`serve_scripted` on a free loopback port for the block; yields its base URL."""
     async with trio.open_nursery() as nursery:
-        serve = functools.partial(serve_scripted, latency=latency, faults=faults)
+        serve = functools.partial(serve_scripted, latency=latency, faults=faults, chunk_s=chunk_s)
         url: str = await nursery.start(serve)
         try:
             yield url
@@ -87,13 +92,15 @@ class _Request:
     latency_ms: str | None
     body: bytes
     auth: str = ""
+    chunk_ms: str | None = None
 
     @classmethod
     def parse(cls, head: h11.Request, body: bytes) -> _Request:
         """The request whose head h11 parsed as ``head``, with its ``body``."""
         latency = _header(head, LATENCY_HEADER.encode())
         method, target = head.method.decode("latin-1"), head.target.decode("latin-1")
-        return cls(method, target, latency, body, _header(head, b"authorization") or "")
+        auth = _header(head, b"authorization") or ""
+        return cls(method, target, latency, body, auth, _header(head, CHUNK_HEADER.encode()))
 
 
 def _header(head: h11.Request, name: bytes) -> str | None:
@@ -107,10 +114,10 @@ class _ClientGone(Exception):
 
 
 async def _serve_connection(
-    stream: trio.SocketStream, *, latency: float, faults: FaultCounter
+    stream: trio.SocketStream, *, latency: float, faults: FaultCounter, chunk_s: float
 ) -> None:
     """Serve one connection until the client closes it (or breaks it, or a fault does)."""
-    conn = _Connection(stream)
+    conn = _Connection(stream, chunk_s)
     try:
         await conn.serve(latency, faults)
     except (_ClientGone, trio.BrokenResourceError):
@@ -122,9 +129,10 @@ async def _serve_connection(
 class _Connection:
     """One client's connection: the socket stream plus its h11 state machine."""
 
-    def __init__(self, stream: trio.SocketStream) -> None:
+    def __init__(self, stream: trio.SocketStream, chunk_s: float = 0.0) -> None:
         self._stream = stream
         self._h11 = h11.Connection(h11.SERVER)
+        self._chunk_s = chunk_s
 
     async def serve(self, latency: float, faults: FaultCounter) -> None:
         """Answer requests one after another while the connection stays open."""
@@ -134,18 +142,26 @@ class _Connection:
                 return
             prepared = faults.prepare(request.method, request.target, request.body)
             result = await _respond(request, prepared, latency)
+            delay = chunk_delay(self._chunk_s, request.chunk_ms)
             if prepared.broken is not None:
-                await self._break(prepared.broken, result)
+                await self._break(prepared, result, delay)
                 return
-            await self._send(result)
+            await self._send(result, delay)
             if not self._next_cycle():
                 return
 
-    async def _break(self, fault: str, result: Answer) -> None:
+    async def _break(self, prepared: Prepared, result: Answer, delay: float) -> None:
         """Play a fault that breaks the exchange; the caller then closes the connection."""
-        if fault == "hang":
+        fault = prepared.broken
+        if fault in ("cut", "stall", "truncated") and result.stream is not None:
+            events = result.events()
+            await self._send_head(result)
+            await self._send_events(events[: events_sent(prepared, len(events))], delay)
+            if fault == "stall":
+                await self._until_closed()
+        elif fault in ("hang", "stall"):
             await self._until_closed()
-        elif fault == "truncated":
+        elif fault in ("truncated", "cut"):
             await self._send_head(result)
             await self._send_event(h11.Data(data=truncated(result.content)))
         else:  # reset: close with an RST rather than a FIN
@@ -211,15 +227,30 @@ class _Connection:
         headers = (("connection", "close"),)
         await self._send(Answer(status, body, headers=headers))
 
-    async def _send(self, answer: Answer) -> None:
+    async def _send(self, answer: Answer, delay: float = 0.0) -> None:
         await self._send_head(answer)
-        await self._send_event(h11.Data(data=answer.content))
+        if answer.stream is not None:
+            await self._send_events(answer.events(), delay)
+        else:
+            await self._send_event(h11.Data(data=answer.content))
         await self._send_event(h11.EndOfMessage())
 
+    async def _send_events(self, events: list[bytes], delay: float) -> None:
+        """Server-sent events, one chunk each, ``delay`` seconds before each."""
+        for event in events:
+            await trio.sleep(delay)
+            await self._send_event(h11.Data(data=event))
+
     async def _send_head(self, answer: Answer) -> None:
+        if answer.stream is not None:  # chunked: h11 frames it, no length
+            kind = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+        else:
+            kind = [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(answer.content)).encode()),
+            ]
         headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(answer.content)).encode()),
+            *kind,
             _SERVER_HEADER,
             *((k.encode(), v.encode()) for k, v in answer.headers),
         ]

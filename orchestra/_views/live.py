@@ -31,6 +31,8 @@ from .text import STATUS_STYLES, Node, console, cut, one_line, tree_lines, usd
 __all__ = ["LiveTree", "live_tree"]
 
 REFRESH_PER_SECOND = 4
+SAID_SHOWN = 60
+"""Characters of a run's streaming text shown under its row (its latest)."""
 
 
 @attrs.define(kw_only=True)
@@ -51,11 +53,15 @@ class _Run:
     reason: str = ""
     tools: dict[str, str] = attrs.Factory(dict)
     """What each running tool call says it does, by call id."""
+    said: str = ""
+    """The end of the text the model is streaming now (its latest words)."""
 
     def note(self) -> tuple[str, str]:
         """The line under the run, and its style."""
         if self.status != "running":
             return ("", "") if self.status == "completed" else (self.reason, self.style)
+        if self.said and not self.tools:
+            return "…" + one_line(self.said)[-SAID_SHOWN:], ""
         if len(self.tools) == 1:
             return next(iter(self.tools.values())), "cyan"
         if self.tools:
@@ -198,6 +204,11 @@ def _started(view: LiveTree, run: _Run, data: dict[str, Any]) -> None:
 
 def _request(view: LiveTree, run: _Run, data: dict[str, Any]) -> None:
     run.step = f"asking the model (turn {data.get('turn', run.turns + 1)})"
+    run.said = ""
+
+
+def _delta(view: LiveTree, run: _Run, data: dict[str, Any]) -> None:
+    run.said = (run.said + str(data.get("text", "")))[-4 * SAID_SHOWN :]
 
 
 def _retry(view: LiveTree, run: _Run, data: dict[str, Any]) -> None:
@@ -247,6 +258,7 @@ def _stopped(view: LiveTree, run: _Run, data: dict[str, Any]) -> None:
 _HANDLERS: dict[str, Callable[[LiveTree, _Run, dict[str, Any]], None]] = {
     "run_started": _started,
     "model_request": _request,
+    "text_delta": _delta,
     "model_retry": _retry,
     "turn": _turn,
     "tool_start": _tool_start,

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 import httpx
 import trio
 
-from .._scripted.faults import FaultCounter, truncated
-from .._scripted.scenarios import LATENCY_HEADER, Answer
+from .._scripted.faults import FaultCounter, Prepared, events_sent, truncated
+from .._scripted.scenarios import CHUNK_HEADER, LATENCY_HEADER, Answer, chunk_delay
 
 __all__ = ["ScriptedTransport"]
 
@@ -29,10 +29,15 @@ class ScriptedTransport(httpx.AsyncBaseTransport):
     a ``ReadError``, ``truncated`` a ``RemoteProtocolError`` while the body is
     read, ``hang`` a ``ReadTimeout`` once the request's read timeout has passed
     (``trio.sleep``; with no read timeout it waits until cancelled).
+    A request with ``stream: true`` gets server-sent events, ``chunk_s``
+    seconds before each (the ``x-scripted-chunk-ms`` header overrides it);
+    ``cutK`` raises ``RemoteProtocolError`` after K events, ``stallK`` times
+    out after K events as ``hang`` does.
     """
 
-    def __init__(self, *, latency: float = 0.0, faults: bool = True) -> None:
+    def __init__(self, *, latency: float = 0.0, faults: bool = True, chunk_s: float = 0.0) -> None:
         self.latency = latency
+        self.chunk_s = chunk_s
         self.faults = FaultCounter(enabled=faults)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -47,12 +52,45 @@ class ScriptedTransport(httpx.AsyncBaseTransport):
             auth=request.headers.get("authorization", ""),
         )
         await trio.sleep(result.delay)
-        if prepared.broken == "hang":
+        if prepared.broken == "hang" or (prepared.broken == "stall" and result.stream is None):
             await _hang(request)
         if prepared.broken == "reset":
             raise httpx.ReadError("[Errno 104] Connection reset by peer", request=request)
-        stream = _Truncated(result.content) if prepared.broken == "truncated" else None
-        return _response(result, stream)
+        if result.stream is not None:
+            delay = chunk_delay(self.chunk_s, request.headers.get(CHUNK_HEADER))
+            return _streamed(result, _Events(result, prepared, delay, request))
+        cut = prepared.broken in ("truncated", "cut")
+        return _response(result, _Truncated(result.content) if cut else None)
+
+
+def _streamed(result: Answer, events: httpx.AsyncByteStream) -> httpx.Response:
+    headers = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
+    return httpx.Response(result.status, headers=[*headers, *result.headers], stream=events)
+
+
+class _Events(httpx.AsyncByteStream):
+    """A streamed answer's events, ``delay`` seconds before each; a ``cut`` or
+    ``stall`` fault breaks it after as many events as it lets through."""
+
+    def __init__(
+        self, result: Answer, prepared: Prepared, delay: float, request: httpx.Request
+    ) -> None:
+        self._events = result.events()
+        self._prepared, self._delay, self._request = prepared, delay, request
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        fault = self._prepared.broken
+        events = self._events[: events_sent(self._prepared, len(self._events))]
+        for event in events:
+            await trio.sleep(self._delay)
+            yield event
+        if fault == "stall":
+            await _hang(self._request)
+        if fault in ("cut", "truncated"):
+            raise httpx.RemoteProtocolError(
+                "peer closed connection without sending complete message body "
+                "(incomplete chunked read)"
+            )
 
 
 def _response(result: Answer, stream: httpx.AsyncByteStream | None) -> httpx.Response:

@@ -477,7 +477,7 @@ def test_unknown_model_is_a_404_model_not_found() -> None:
         {"model": "plan", "messages": [{"role": "assistant", "tool_calls": [{"id": "x"}]}]},
         {"model": "plan", "messages": [{"role": "assistant", "tool_calls": "x"}]},
         request(tools={"name": "x"}),
-        request(stream=True),
+        request(stream="yes"),
     ],
 )
 def test_malformed_requests_are_400s(body: Any) -> None:

@@ -1,0 +1,136 @@
+"""A streamed reply, assembled as its server-sent events arrive.
+
+The request asks ``stream: true`` with ``stream_options.include_usage``; each
+``data:`` event is one ``chat.completion.chunk``. :class:`Assembly` folds
+them into the reply: content pieces joined, tool calls assembled by their
+``index`` (id and name from the first piece, arguments appended), the
+``finish_reason``, and the usage of the last chunk. Each piece of text or
+arguments is also told to the request's :class:`Listener` as it arrives,
+with our count of its tokens, so a stream cut by a cancel, a deadline or a
+dropped connection is still charged for what arrived.
+
+A stream that runs past the request's ``max_tokens`` (by our count) is cut
+here, at the cap, and ends ``length``. A stream with no usage chunk is a
+reply without usage: the caller estimates it, as for any such reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import attrs
+import orjson
+
+from .._exceptions import ProviderReplyError
+from .tokens import count_text
+
+__all__ = ["Assembly", "Listener", "is_event_stream"]
+
+
+def is_event_stream(headers: Mapping[str, str]) -> bool:
+    """Whether a response (its headers, names in lower case) is a stream of events."""
+    return headers.get("content-type", "").partition(";")[0].strip() == "text/event-stream"
+
+
+class Listener(Protocol):
+    """Told each piece of a streamed reply as it arrives."""
+
+    def text(self, piece: str, tokens: int) -> None:
+        """A piece of the answer's text, and our count of its tokens."""
+
+    def arguments(self, piece: str, tokens: int) -> None:
+        """A piece of a tool call's arguments (or its name), and our count of its tokens."""
+
+
+@attrs.define(eq=False)
+class Assembly:
+    """The reply a stream has delivered so far (see the module docstring)."""
+
+    limit: int | None = None
+    """The reply's cap (``max_tokens``): past it, by our count, the stream is cut."""
+    listener: Listener | None = None
+    content: list[str] = attrs.Factory(list)
+    calls: dict[int, dict[str, Any]] = attrs.Factory(dict)
+    finish_reason: str | None = None
+    usage: Mapping[str, Any] | None = None
+    model: str | None = None
+    id: str | None = None
+    counted: int = 0
+    """Our count of the tokens that arrived (text and arguments)."""
+    done: bool = False
+
+    @property
+    def over(self) -> bool:
+        """Whether the stream ran past its cap (by our count): it is cut there."""
+        return self.limit is not None and self.counted > self.limit
+
+    def feed(self, data: str) -> None:
+        """One ``data:`` payload: a chunk, or ``[DONE]``.
+
+        Raises:
+            ProviderReplyError: not a chat-completion chunk.
+        """
+        if data.strip() == "[DONE]":
+            self.done = True
+            return
+        try:
+            chunk = orjson.loads(data)
+            self._chunk(chunk)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise ProviderReplyError(
+                f"not a chat-completion chunk ({exc!r}): {data[:200]}"
+            ) from exc
+
+    def _chunk(self, chunk: Mapping[str, Any]) -> None:
+        self.model = self.model or chunk.get("model")
+        self.id = self.id or chunk.get("id")
+        if chunk.get("usage") is not None:
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                self._text(str(delta["content"]))
+            for call in delta.get("tool_calls") or ():
+                self._call(call)
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+
+    def _text(self, piece: str) -> None:
+        tokens = count_text(piece)
+        self.content.append(piece)
+        self.counted += tokens
+        if self.listener is not None:
+            self.listener.text(piece, tokens)
+
+    def _call(self, piece: Mapping[str, Any]) -> None:
+        call = self.calls.setdefault(
+            int(piece.get("index") or 0),
+            {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+        )
+        if piece.get("id"):
+            call["id"] = str(piece["id"])
+        function = piece.get("function") or {}
+        text = str(function.get("name") or "") + str(function.get("arguments") or "")
+        call["function"]["name"] += str(function.get("name") or "")
+        call["function"]["arguments"] += str(function.get("arguments") or "")
+        if text:
+            tokens = count_text(text)
+            self.counted += tokens
+            if self.listener is not None:
+                self.listener.arguments(text, tokens)
+
+    def body(self) -> dict[str, Any]:
+        """The reply as the body of a chat completion (cut at the cap: ``length``)."""
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
+        if self.calls:
+            message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
+        finish = "length" if self.over else (self.finish_reason or "stop")
+        body: dict[str, Any] = {
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "model": self.model,
+            "id": self.id,
+        }
+        if self.usage is not None:
+            body["usage"] = self.usage
+        return body
