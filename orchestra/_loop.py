@@ -311,4 +311,6 @@ def _turn_fields(run: LiveRun, reply: ChatReply, usage: Usage) -> dict[str, Any]
         "usage_reported": reply.usage_reported,
         "response_model": reply.model,
         "response_id": reply.id,
+        "streamed": reply.streamed,
+        "time_to_first_chunk_s": reply.time_to_first_chunk_s,
     }

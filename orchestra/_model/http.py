@@ -236,25 +236,32 @@ async def _open_core(
     pool: httpcore.AsyncConnectionPool, target: _Target, content: bytes
 ) -> httpx.Response:
     """The response to a POST, its head read and its body still to come."""
-    length = (b"content-length", str(len(content)).encode("ascii"))
-    headers = [(b"host", target.host), *target.headers, length]
-    request = httpcore.Request(
-        b"POST", target.core_url, headers=headers, content=content, extensions=target.extensions
-    )
     with _mapped():
-        response = await pool.handle_async_request(request)
+        response = await pool.handle_async_request(_core_request(target, content))
     return httpx.Response(response.status, headers=response.headers, stream=_CoreBody(response))
 
 
 async def _open_httpx(
     transport: httpx.AsyncBaseTransport, target: _Target, content: bytes
 ) -> httpx.Response:
-    request = httpx.Request(
-        "POST", target.url, content=content, headers=target.headers, extensions=target.extensions
-    )
+    request = _httpx_request(target, content)
     response = await transport.handle_async_request(request)
     response.request = request
     return response
+
+
+def _core_request(target: _Target, content: bytes) -> httpcore.Request:
+    length = (b"content-length", str(len(content)).encode("ascii"))
+    headers = [(b"host", target.host), *target.headers, length]
+    return httpcore.Request(
+        b"POST", target.core_url, headers=headers, content=content, extensions=target.extensions
+    )
+
+
+def _httpx_request(target: _Target, content: bytes) -> httpx.Request:
+    return httpx.Request(
+        "POST", target.url, content=content, headers=target.headers, extensions=target.extensions
+    )
 
 
 class _CoreBody(httpx.AsyncByteStream):
@@ -287,13 +294,8 @@ def _mapped() -> Iterator[None]:
 async def _send_core(
     pool: httpcore.AsyncConnectionPool, target: _Target, content: bytes
 ) -> HTTPReply:
-    length = (b"content-length", str(len(content)).encode("ascii"))
-    headers = [(b"host", target.host), *target.headers, length]
-    request = httpcore.Request(
-        b"POST", target.core_url, headers=headers, content=content, extensions=target.extensions
-    )
     with _mapped():
-        response = await pool.handle_async_request(request)
+        response = await pool.handle_async_request(_core_request(target, content))
         try:
             body = await response.aread()
         finally:
@@ -307,15 +309,7 @@ async def _send_core(
 async def _send_httpx(
     transport: httpx.AsyncBaseTransport, target: _Target, content: bytes
 ) -> HTTPReply:
-    request = httpx.Request(
-        "POST",
-        target.url,
-        content=content,
-        headers=target.headers,
-        extensions=target.extensions,
-    )
-    response = await transport.handle_async_request(request)
-    response.request = request
+    response = await _open_httpx(transport, target, content)
     try:
         await response.aread()
     finally:

@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 
 import attrs
 import orjson
+import trio
 
 from .._exceptions import (
     ConfigError,
@@ -148,6 +149,10 @@ class ChatReply:
     reasoning_tokens: int = 0
     """Of ``completion_tokens``, those spent reasoning
     (``usage.completion_tokens_details.reasoning_tokens``)."""
+    streamed: bool = False
+    """Whether the reply came as a stream of events."""
+    time_to_first_chunk_s: float | None = None
+    """For a streamed reply: seconds from sending the request to its first event."""
     model: str | None = None
     """The model that answered, as the server names it (``model`` of the body), if given."""
     id: str | None = None
@@ -309,7 +314,9 @@ class OpenAIProvider:
         """
         import httpx
 
-        assembly = Assembly(limit=request.max_tokens, listener=request.listener)
+        assembly = Assembly(
+            limit=request.max_tokens, listener=request.listener, sent_at=trio.current_time()
+        )
         try:
             if self._streams:
                 response = await self._endpoint.stream(
@@ -352,6 +359,8 @@ class OpenAIProvider:
     def _fed(self, assembly: Assembly, data: str) -> bool:
         """One event of a streamed reply; whether to read on (not done, not past the cap)."""
         self._answered = True
+        if assembly.first_at is None:
+            assembly.first_at = trio.current_time()
         try:
             assembly.feed(data)
         except ProviderReplyError as exc:
@@ -364,9 +373,11 @@ class OpenAIProvider:
         if not (assembly.done or assembly.over):
             raise ProviderHTTPError(self._scrub(f"{self.base_url} ended the stream before [DONE]"))
         try:
-            return parse_reply(_Parsed(orjson.dumps(assembly.body())))
+            reply = parse_reply(_Parsed(orjson.dumps(assembly.body())))
         except ProviderReplyError as exc:
             raise ProviderReplyError(self._scrub(str(exc))) from None
+        first = assembly.first_at - assembly.sent_at if assembly.first_at is not None else None
+        return attrs.evolve(reply, streamed=True, time_to_first_chunk_s=first)
 
     def _unreachable(self, exc: Exception) -> ProviderUnreachable:
         """The error for a connection that could not be made, in words."""

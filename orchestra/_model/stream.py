@@ -59,6 +59,10 @@ class Assembly:
     counted: int = 0
     """Our count of the tokens that arrived (text and arguments)."""
     done: bool = False
+    sent_at: float = 0.0
+    """When the request was sent (trio's clock)."""
+    first_at: float | None = None
+    """When its first event arrived."""
 
     @property
     def over(self) -> bool:

@@ -369,6 +369,12 @@ class OTelTracer:
         ):
             if d.get(field):  # subsets of input_tokens and output_tokens, as reported
                 attributes[key] = int(d[field])
+        if d.get("streamed"):
+            attributes["orchestra.streamed"] = True
+            if d.get("time_to_first_chunk_s") is not None:
+                attributes["gen_ai.response.time_to_first_chunk"] = float(
+                    d["time_to_first_chunk_s"]
+                )
         if self._capture and run.state.messages:
             reply = run.state.messages[-1]  # appended just before this event
             attributes["gen_ai.output.messages"] = content.output_messages(reply, str(d["finish"]))

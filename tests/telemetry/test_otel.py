@@ -24,7 +24,7 @@ from orchestra import (
     Runner,
 )
 from orchestra._model.provider import parse_reply, provider_name_for
-from orchestra._recipes.demo import demo_task
+from orchestra._recipes.demo import demo_agent, demo_task
 from orchestra._redact import REDACTED
 from orchestra._telemetry.otel import (
     SCHEMA_URL,
@@ -551,3 +551,18 @@ async def test_chat_spans_say_cached_and_reasoning_tokens(traced, exporter, scen
             span.attributes["gen_ai.usage.reasoning.output_tokens"]
             <= span.attributes["gen_ai.usage.output_tokens"]
         )
+
+
+async def test_streamed_calls_say_their_time_to_first_chunk(
+    tracer_for, exporter, sandbox, autojump_clock
+):
+    provider = OpenAIProvider(
+        base_url="http://s/v1", api_key="k", transport=ScriptedTransport(latency=0.5, chunk_s=0.25)
+    )
+    runner = Runner(provider=provider, tracer=tracer_for())
+    result = await runner.run(demo_agent("plan", sandbox), "go")
+    chats = by_name(exporter.get_finished_spans(), "chat ")
+    assert len(chats) == result.state.own.model_calls == 3
+    for span in chats:  # the reply's latency, then the first chunk's wait
+        assert span.attributes["orchestra.streamed"] is True
+        assert span.attributes["gen_ai.response.time_to_first_chunk"] == pytest.approx(0.75)

@@ -25,7 +25,9 @@ QUICK = {"runs": 5, "repeats": 2, "warmup": 2}
 TURNS_PER_RUN = 3
 
 
-async def _samples(url: str, transport: Any, p: dict[str, Any]) -> dict[str, list[float]]:
+async def _samples(
+    url: str, transport: Any, p: dict[str, Any], stream: bool = False
+) -> dict[str, list[float]]:
     import httpx
 
     from orchestra import OpenAIProvider, Runner, Status
@@ -35,7 +37,7 @@ async def _samples(url: str, transport: Any, p: dict[str, Any]) -> dict[str, lis
     directory = common.sandbox()
     agent = common.plan_agent(directory)
     tools = agent.tool_specs()
-    provider = OpenAIProvider(base_url=url, api_key="bench", transport=transport)
+    provider = OpenAIProvider(base_url=url, api_key="bench", transport=transport, stream=stream)
     runner = Runner(provider=provider)
     client = httpx.AsyncClient(
         base_url=url, headers={"Authorization": "Bearer bench"}, timeout=120, transport=transport
@@ -46,7 +48,7 @@ async def _samples(url: str, transport: Any, p: dict[str, Any]) -> dict[str, lis
         assert result.status is Status.COMPLETED and result.state.turns == TURNS_PER_RUN
 
     async def bare() -> None:
-        assert await bare_run(client, tools, directory) == TURNS_PER_RUN
+        assert await bare_run(client, tools, directory, stream=stream) == TURNS_PER_RUN
 
     modes = {"orchestra": orchestra_run, "bare": bare}
     out: dict[str, list[float]] = {f"{m}_{k}": [] for m in modes for k in ("wall", "cpu")}
@@ -77,6 +79,7 @@ def run(quick: bool) -> common.Section:
     common.warm_tokenizer()
     with common.scripted_server() as url:
         http = trio.run(_samples, url, None, p)
+        streamed = trio.run(_samples, url, None, p, True)
     local = trio.run(_samples, "http://scripted/v1", ScriptedTransport(), p)
 
     def pair(name: str, unit: str, data: dict[str, list[float]], key: str) -> common.Row:
@@ -92,11 +95,14 @@ def run(quick: bool) -> common.Section:
     rows = [
         pair("loopback HTTP: client CPU per turn", "ms", http, "cpu"),
         pair("loopback HTTP: wall per turn", "ms", http, "wall"),
+        pair("loopback HTTP, streamed replies: client CPU per turn", "ms", streamed, "cpu"),
+        pair("loopback HTTP, streamed replies: wall per turn", "ms", streamed, "wall"),
         pair("in-process transport: CPU per turn (client + scripted provider)", "ms", local, "cpu"),
         pair("in-process transport: wall per turn", "ms", local, "wall"),
     ]
-    cpu = rows[0]
+    cpu, streamed_cpu = rows[0], rows[2]
     met = cpu["ratio"] is not None and cpu["ratio"] <= 1.1
+    streamed_met = streamed_cpu["ratio"] is not None and streamed_cpu["ratio"] <= 1.1
     result = common.section(
         "turn_overhead",
         "Overhead per turn",
@@ -108,11 +114,21 @@ def run(quick: bool) -> common.Section:
                 f"{common.ratio_text(cpu['ratio'])} ({common.fmt(cpu['median'])} ms vs "
                 f"{common.fmt(cpu['baseline_summary']['median'])} ms)",
                 met,
-            )
+            ),
+            common.target(
+                "client CPU per streamed turn over HTTP ≤ 1.1× bare streamed loop",
+                f"{common.ratio_text(streamed_cpu['ratio'])} "
+                f"({common.fmt(streamed_cpu['median'])} ms vs "
+                f"{common.fmt(streamed_cpu['baseline_summary']['median'])} ms)",
+                streamed_met,
+            ),
         ],
     )
     result["notes"].append(
         "The bare loop (tools/bench/bare.py) sends the same messages, tool declarations and "
-        "max_tokens; it keeps no state, counts no tokens, emits no events and never retries."
+        "max_tokens; it keeps no state, counts no tokens, emits no events and never retries. "
+        "Streamed, it reads the events with httpx-sse and assembles content and tool calls; "
+        "Orchestra also counts each piece's tokens (to charge a cut stream) and tells it to "
+        "live readers."
     )
     return result
