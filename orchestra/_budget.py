@@ -39,6 +39,7 @@ __all__ = [
     "MIN_COMPLETION",
     "Grant",
     "carve",
+    "charge_partial",
     "check_turns",
     "overspent_reason",
     "reserve",
@@ -172,7 +173,7 @@ def settle(
     """
     run.reserve(-grant.pico, -1, -grant.tokens)
     if reply is None:
-        return _charge_cut(run, grant, arrived) if arrived else Usage()
+        return charge_partial(run, grant.prompt, grant.max_tokens, arrived) if arrived else Usage()
     prompt, completion = reply.prompt_tokens, reply.completion_tokens
     if not reply.usage_reported:
         prompt = grant.prompt
@@ -191,14 +192,16 @@ def settle(
     return usage
 
 
-def _charge_cut(run: LiveRun, grant: Grant, arrived: int) -> Usage:
-    completion = min(arrived, grant.max_tokens)
+def charge_partial(run: LiveRun, prompt: int, cap: int, arrived: int) -> Usage:
+    """Charge a call whose streamed reply was cut after ``arrived`` tokens (by our
+    count, at most ``cap``): ``prompt`` (as reserved) and what arrived."""
+    completion = min(arrived, cap)
     price = run.runner.price_of(run.state.model)
     usage = Usage(
         model_calls=1,
-        prompt_tokens=grant.prompt,
+        prompt_tokens=prompt,
         completion_tokens=completion,
-        cost_pico=price.cost(grant.prompt, completion),
+        cost_pico=price.cost(prompt, completion),
     )
     run.charge(usage)
     return usage

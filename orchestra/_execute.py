@@ -24,7 +24,7 @@ import trio
 from ._agent import Agent
 from ._budget import carve
 from ._exceptions import ConfigError, RunNotFound, StateError
-from ._loop import drive
+from ._loop import charge_lost_stream, drive
 from ._result import RunResult, stop_sentence
 from ._run import ChildWaiting, Exit, Host, LiveRun
 from ._state import Interruption, InterruptionKind, LimitRaise, Limits, RunState, Status, Usage
@@ -260,6 +260,7 @@ async def execute(run: LiveRun, *, one_step: bool = False, announce: bool = True
     the exceptions (and frames) of all its runs.
     """
     run.deadline = trio_deadline(run)
+    charge_lost_stream(run)  # before any save: a save forgets the stream's note
     if announce:
         _announce(run)
     run.runner.register(run)

@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 import trio
 
-from ._budget import Grant, check_turns, overspent_reason, reserve, settle
+from ._budget import Grant, charge_partial, check_turns, overspent_reason, reserve, settle
 from ._dispatch import dispatch, flush_results, pending_calls, record_result
 from ._exceptions import ProviderError
 from ._model.margin import Margin
@@ -24,6 +24,7 @@ from ._money import to_usd
 from ._run import Exit, LiveRun
 from ._state import Interruption, InterruptionKind, RunState, Status, Usage
 from ._stops import check_stops
+from ._stores.contract import LiveStream
 
 __all__ = ["drive"]
 
@@ -101,7 +102,7 @@ async def _call(run: LiveRun, ask: _Ask) -> tuple[ChatReply, Usage] | None:
     reply: ChatReply | None = None
     cut: ProviderError | None = None
     usage = Usage()
-    arrived = _Arrived(run)
+    arrived = _Arrived(run, ask.grant)
     sized = attrs.evolve(
         ask.request,
         messages=list(ask.request.messages),
@@ -119,7 +120,7 @@ async def _call(run: LiveRun, ask: _Ask) -> tuple[ChatReply, Usage] | None:
         cut = exc.error
     except ProviderError as exc:
         run.finish(_provider_exit(run, exc))
-    finally:
+    finally:  # the note of the stream is cleared by the save that keeps its charge
         if reply is None and arrived.tokens:
             _record_cut(run, arrived)
         release = partial(settle, run, ask.grant, reply, ask.margin, arrived.tokens)
@@ -155,20 +156,34 @@ class _Cut(Exception):
 
 @attrs.define(eq=False)
 class _Arrived:
-    """What a streamed reply delivered so far, by our counts (charged if it is cut);
-    its text goes to the runner's live readers as it comes."""
+    """What a streamed reply delivered so far, by our counts (charged if it is cut).
+    Each piece goes to the runner's live readers, and is noted in the store (if it
+    keeps live text) before anything else sees it: if this process dies, a resume
+    charges what had arrived."""
 
     run: LiveRun
+    grant: Grant
     pieces: list[str] = attrs.Factory(list)
     tokens: int = 0
+    noted: bool = False
 
     def text(self, piece: str, tokens: int) -> None:
         self.pieces.append(piece)
         self.tokens += tokens
+        self._note()
         self.run.runner.delta(self.run, piece, tokens)
 
     def arguments(self, piece: str, tokens: int) -> None:
         self.tokens += tokens
+        self._note()
+
+    def _note(self) -> None:
+        self.noted = True
+        text = "".join(self.pieces)[-LIVE_TEXT_KEPT:]
+        stream = LiveStream(
+            text=text, tokens=self.tokens, prompt=self.grant.prompt, cap=self.grant.max_tokens
+        )
+        self.run.runner.live_text(self.run, stream)
 
 
 async def _attempt(run: LiveRun, request: ChatRequest, arrived: _Arrived) -> ChatReply:
@@ -180,6 +195,8 @@ async def _attempt(run: LiveRun, request: ChatRequest, arrived: _Arrived) -> Cha
         raise
 
 
+LIVE_TEXT_KEPT = 2000
+"""Characters of it kept (its end)."""
 CUT_TEXT_KEPT = 2000
 """Characters of a cut reply's text kept in its ``reply_cut`` event."""
 
@@ -187,14 +204,30 @@ CUT_TEXT_KEPT = 2000
 def _record_cut(run: LiveRun, arrived: _Arrived) -> None:
     """Say what a cut stream delivered (kept with the run's events, never in its
     transcript: a partial reply is never taken for a reply)."""
-    text = "".join(arrived.pieces)
+    record_cut(run, "".join(arrived.pieces), arrived.tokens, run.cancel_reason or "")
+
+
+def record_cut(run: LiveRun, text: str, tokens: int, reason: str) -> None:
+    """The ``reply_cut`` event of a stream that delivered ``tokens`` and ``text``."""
     run.emit(
         "reply_cut",
         turn=run.state.turns + 1,
-        tokens=arrived.tokens,
+        tokens=tokens,
         text=text[:CUT_TEXT_KEPT],
-        reason=run.cancel_reason or "the stream failed",
+        reason=reason or "the stream failed",
     )
+
+
+def charge_lost_stream(run: LiveRun) -> None:
+    """Charge a stream the process running ``run`` was reading when it stopped (a
+    crash): the tokens noted as arrived, at the call's reserved prompt, at most its
+    cap; said as ``reply_cut`` and saved (which clears the note: charged once)."""
+    lost = run.runner.lost_stream(run)
+    if lost is None:
+        return
+    charge_partial(run, lost.prompt, lost.cap, lost.tokens)
+    record_cut(run, lost.text, lost.tokens, "the process reading it stopped (its spend is kept)")
+    run.checkpoint()
 
 
 def _after_cut(run: LiveRun, error: ProviderError) -> None:
@@ -204,6 +237,8 @@ def _after_cut(run: LiveRun, error: ProviderError) -> None:
     retry = run.runner.retry
     if not retry.transient(error) or run.cut_streams >= retry.attempts:
         run.finish(_provider_exit(run, error))
+    else:
+        run.checkpoint()  # the cut's charge is kept before the next call is noted
 
 
 def _retrying(run: LiveRun, attempt: int, error: ProviderError, wait: float) -> None:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ._model.retry import RetryPolicy
     from ._money import Price
     from ._prices import PriceTable
+    from ._stores.contract import LiveStream
     from ._stores.memory import Store
 
 __all__ = ["ChildWaiting", "Exit", "Host", "Ledger", "LiveRun"]
@@ -98,6 +99,14 @@ class Host(Protocol):
 
     def delta(self, run: LiveRun, text: str, tokens: int) -> None:
         """A piece of a streamed reply's text (to live readers only, never saved)."""
+        ...
+
+    def live_text(self, run: LiveRun, stream: LiveStream | None) -> None:
+        """Note what ``run`` is streaming now (None: it is not), if the store keeps it."""
+        ...
+
+    def lost_stream(self, run: LiveRun) -> LiveStream | None:
+        """What ``run`` was streaming when the process running it stopped, if noted."""
         ...
 
     def save(self, state: RunState, events: Sequence[dict[str, Any]] = ()) -> None:

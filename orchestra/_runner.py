@@ -20,6 +20,7 @@ next effect, saves nothing more, and :meth:`Runner.run` raises
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -34,7 +35,7 @@ from ._agent import Agent
 from ._approval import approve, reject
 from ._cancelled import unwrapped
 from ._events import Event, EventSink, event_record
-from ._exceptions import LeaseError, LeaseLost, StateError
+from ._exceptions import LeaseError, LeaseLost, StateError, StoreError
 from ._execute import execute, load_live, new_state, reopen, result_of, spawn_child
 from ._feed import EventFeed
 from ._model.margin import Calibration, Margin, provider_key
@@ -46,7 +47,7 @@ from ._redact import redact_data
 from ._result import RunResult
 from ._run import Ledger, LiveRun
 from ._state import Interruption, Limits, RunState, Status
-from ._stores.contract import CancelInbox, Leases, Store
+from ._stores.contract import CancelInbox, Leases, LiveStream, LiveText, Store
 from ._stores.fence import Fence
 from ._stores.memory import MemoryStore
 
@@ -156,11 +157,14 @@ class Runner:
     owner: str = attrs.field(factory=lambda: f"pid {os.getpid()} on {socket.gethostname()}")
     _inbox: CancelInbox | None = attrs.field(default=None, init=False)
     """The store's cancel requests, if it takes any (read once, when the runner is built)."""
+    _live_text: LiveText | None = attrs.field(default=None, init=False)
+    """Where the text runs stream is kept for other processes, if the store keeps it."""
     _leases: Leases | None = attrs.field(default=None, init=False)
     """The store's leases, if it keeps any (read once, when the runner is built)."""
 
     def __attrs_post_init__(self) -> None:
         self._inbox, self._leases = self.store.inbox, self.store.leases
+        self._live_text = self.store.live
 
     def now(self) -> float:
         """Wall-clock seconds, advancing with trio's clock (so a MockClock moves it too)."""
@@ -237,6 +241,19 @@ class Runner:
             self.sink(event)
         if s.root_id in self._feeds:
             self._to_feeds(run, event)
+
+    def live_text(self, run: LiveRun, stream: LiveStream | None) -> None:
+        """Note what ``run`` is streaming now (None: it is not), if the store keeps it
+        (see :class:`~orchestra._stores.contract.LiveText`). A store that fails this
+        write fails the run's next save, not the stream."""
+        if self._live_text is None:
+            return
+        with contextlib.suppress(StoreError):
+            self._live_text.put_live_text(run.state.run_id, run.state.root_id, stream)
+
+    def lost_stream(self, run: LiveRun) -> LiveStream | None:
+        """What ``run`` was streaming when the process running it stopped, if noted."""
+        return None if self._live_text is None else self._live_text.live_stream(run.state.run_id)
 
     def feed(self, root_id: str) -> EventFeed:
         """A new reader of the events of tree ``root_id`` (see :meth:`RunHandle.events`)."""

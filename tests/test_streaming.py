@@ -6,19 +6,31 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import trio
 
-from orchestra import Limits, MemoryStore, OpenAIProvider, PriceTable, Runner, Status
+from orchestra import (
+    Limits,
+    MemoryStore,
+    OpenAIProvider,
+    Price,
+    PriceTable,
+    Runner,
+    SQLiteStore,
+    Status,
+)
 from orchestra._events import Event
 from orchestra._feed import EventFeed
 from orchestra._money import from_usd
 from orchestra._recipes.demo import demo_agent, demo_task
 from orchestra._recipes.money import SCRIPTED_PRICE
 from orchestra._scripted.stream import chunks
+from orchestra._stores.contract import LiveStream
 from orchestra.testing import ScriptedTransport
 
 PRICES = PriceTable(default=SCRIPTED_PRICE, published=False)
@@ -213,3 +225,107 @@ async def test_a_stream_past_its_cap_is_cut_there_and_the_budget_holds(sandbox) 
     assert own.model_calls >= 1 and own.completion_tokens <= 1024 * own.model_calls
     assert result.state.tree.cost_pico <= from_usd(0.01)
     assert result.state.messages[-1]["role"] == "assistant"
+
+
+class NotingStore(MemoryStore):
+    """A memory store that keeps live text, as the shared stores do: every write noted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.noted: list[tuple[str, LiveStream | None]] = []
+
+    @property
+    def live(self) -> NotingStore:  # type: ignore[override]
+        return self
+
+    def put_live_text(self, run_id: str, root_id: str, stream: LiveStream | None) -> None:
+        self.noted.append((run_id, stream))
+
+    def live_stream(self, run_id: str) -> LiveStream | None:
+        return None
+
+
+async def test_a_streaming_run_notes_each_piece_before_it_is_shown(sandbox) -> None:
+    store = NotingStore()
+    seen: list[tuple[int, str]] = []
+    runner = runner_over(
+        ScriptedTransport(),
+        store=store,
+        sink=lambda e: (
+            seen.append((len(store.noted), e.data["text"])) if e.type == "text_delta" else None
+        ),
+    )
+    result = await runner.run(demo_agent("plan", sandbox), demo_task("plan"))
+    assert result.status is Status.COMPLETED
+    notes = [s for _, s in store.noted if s is not None]
+    assert notes and all(n.prompt > 0 and n.cap == 1024 and n.tokens > 0 for n in notes)
+    said = "".join(text for _, text in seen)
+    assert said.endswith(result.answer) and notes[-1].text == result.answer
+    for noted, _ in seen:  # every piece of text was noted before the reader saw it
+        assert noted >= 1 and store.noted[noted - 1][1] is not None
+
+
+def test_the_console_shows_a_running_run_s_streaming_text() -> None:
+    from orchestra._result import RunResult
+    from orchestra._state import RunState
+    from orchestra.console._tree_view import tree_html
+
+    state = RunState(run_id="r1", root_id="r1", agent="assistant", model="plan")
+    html = str(tree_html(RunResult(state=state), "r1", {}, {"r1": "errors.log mentions a time"}))
+    assert "errors.log mentions a time" in html and "streaming" in html
+    assert "errors.log" not in str(tree_html(RunResult(state=state), "r1", {}))
+
+
+def test_a_process_killed_midstream_has_what_arrived_charged_by_the_resume(tmp_path: Path) -> None:
+    cli = [sys.executable, "-m", "orchestra"]
+    server = subprocess.Popen(
+        [*cli, "serve-scripted", "--port", "0", "--chunk-ms", "300"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    store_path = tmp_path / "runs.db"
+    prices = ["--price-in", "2", "--price-out", "12"]
+    try:
+        assert server.stderr is not None
+        url = server.stderr.readline().split(" at ")[1].strip()
+        base = ["--store", str(store_path)]
+        run = subprocess.Popen(
+            [*cli, "run", "Why?", "--base-url", url, "--model", "plan", *prices, *base, "--json"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert run.stderr is not None
+        line = run.stderr.readline()
+        while " started (stop it with: " not in line:  # "sandbox: …" comes first
+            line = run.stderr.readline()
+        run_id = line.split()[1]
+        deadline = time.monotonic() + 30
+        noted = None
+        while noted is None or noted.tokens == 0:
+            assert time.monotonic() < deadline, "the stream was never noted"
+            time.sleep(0.05)
+            with SQLiteStore(store_path) as store:
+                noted = store.live_stream(run_id)
+        run.kill()  # SIGKILL, midstream
+        run.communicate()
+        with SQLiteStore(store_path) as store:
+            before = store.load(run_id).own
+            noted = store.live_stream(run_id) or noted  # more may have come before the kill
+        resumed = subprocess.run(
+            [*cli, "resume", run_id, *base, "--json"], capture_output=True, text=True, timeout=120
+        )
+        assert resumed.returncode == 0, resumed.stderr
+    finally:
+        server.kill()
+        server.communicate()
+    with SQLiteStore(store_path) as store:
+        state = store.load(run_id)
+        cuts = [e for e in store.events(run_id=run_id) if e["type"] == "reply_cut"]
+        assert store.live_stream(run_id) is None
+    assert state.status is Status.COMPLETED
+    (cut,) = cuts
+    assert cut["tokens"] == noted.tokens and "the process reading it stopped" in cut["reason"]
+    assert state.own.model_calls == before.model_calls + 1 + 3  # the lost call, then three
+    lost = Price(input_per_million=2, output_per_million=12)
+    assert state.own.cost_pico >= before.cost_pico + lost.cost(noted.prompt, noted.tokens)

@@ -6,7 +6,8 @@ Three parts, each a protocol::
     Store           run states and events; every store (memory, SQLite, PostgreSQL)
     CancelInbox     cancel requests left by one process for the one running a tree
     Leases          who executes a tree, with fencing tokens (see :mod:`.fence`)
-    DurableStore    all three: a store other processes share (SQLite, PostgreSQL)
+    LiveText        the text each run is streaming now, for readers in other processes
+    DurableStore    all four: a store other processes share (SQLite, PostgreSQL)
 
 A :class:`Store` says which of the other two it offers through its
 :attr:`Store.inbox` and :attr:`Store.leases` (itself, or None): a
@@ -21,10 +22,12 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
+import attrs
+
 from .._state import RunState
 from .fence import Fence
 
-__all__ = ["CancelInbox", "DurableStore", "Leases", "Store"]
+__all__ = ["CancelInbox", "DurableStore", "Leases", "LiveStream", "LiveText", "Store"]
 
 
 class CancelInbox(Protocol):
@@ -79,6 +82,43 @@ class Leases(Protocol):
         ...
 
 
+@attrs.frozen(kw_only=True)
+class LiveStream:
+    """What a run is streaming now: the text so far (its end) and, by our count,
+    the tokens that arrived, with the prompt reserved for the call and its cap."""
+
+    text: str
+    tokens: int = 0
+    prompt: int = 0
+    cap: int = 0
+
+    @property
+    def counts(self) -> tuple[int, int, int]:
+        return self.tokens, self.prompt, self.cap
+
+
+class LiveText(Protocol):
+    """What each run is streaming now, noted by the process running it as each
+    piece arrives: readers in other processes show the text (the web console),
+    and a resume after that process died charges the tokens that had arrived.
+
+    A save of the run clears its note in the same transaction (what the stream
+    cost is then in the state saved), so a stream is charged once.
+    """
+
+    def put_live_text(self, run_id: str, root_id: str, stream: LiveStream | None) -> None:
+        """Note what run ``run_id`` is streaming now; None: it is not (cleared)."""
+        ...
+
+    def live_stream(self, run_id: str) -> LiveStream | None:
+        """What run ``run_id`` was streaming when last noted, if it was."""
+        ...
+
+    def live_texts(self, root_id: str) -> dict[str, str]:
+        """What each run of the tree ``root_id`` is streaming now, by run id."""
+        ...
+
+
 class Store(Protocol):
     """Run states and their events. ``save`` is synchronous and atomic: a run's
     state is replaced whole or not at all, with its events."""
@@ -91,6 +131,11 @@ class Store(Protocol):
     @property
     def leases(self) -> Leases | None:
         """The store's leases, if it keeps any (then saves are fenced by them)."""
+        ...
+
+    @property
+    def live(self) -> LiveText | None:
+        """Where the text runs are streaming is kept, if other processes read it."""
         ...
 
     def save(
@@ -151,7 +196,7 @@ class Store(Protocol):
         ...
 
 
-class DurableStore(Store, CancelInbox, Leases, Protocol):
+class DurableStore(Store, CancelInbox, Leases, LiveText, Protocol):
     """A store several processes share: cancel requests and leases included."""
 
     @property
@@ -172,5 +217,10 @@ class DurableStore(Store, CancelInbox, Leases, Protocol):
 
     @property
     def leases(self) -> Leases:
+        """Itself."""
+        ...
+
+    @property
+    def live(self) -> LiveText:
         """Itself."""
         ...

@@ -20,7 +20,7 @@ from .._exceptions import ConfigError, RunNotFound
 from .._state import RunState
 from . import fence as fences
 from . import shared
-from .contract import CancelInbox, Leases, Store
+from .contract import CancelInbox, Leases, LiveText, Store
 from .fence import Fence
 from .transcripts import SavedTranscripts, joined, store_rows
 
@@ -56,6 +56,10 @@ class MemoryStore:
     @property
     def leases(self) -> Leases | None:
         return None
+
+    @property
+    def live(self) -> LiveText | None:
+        return None  # nobody outside this process reads it: RunHandle.events() serves it
 
     def close(self) -> None:
         """Nothing to let go of."""

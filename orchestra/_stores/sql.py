@@ -28,6 +28,7 @@ from .._exceptions import ConfigError, RunNotFound
 from .._state import RunState
 from . import fence as fences
 from . import shared
+from .contract import LiveStream
 from .fence import Fence
 from .transcripts import MessageRow, RunRow, SavedTranscripts, store_rows
 
@@ -90,6 +91,13 @@ class SQLStore:
     )
     """A released lease keeps its row (no owner, expired), so a tree's epoch never goes back."""
     SQL_RENEW_LEASE: ClassVar[str] = "UPDATE leases SET expires_at = ? WHERE root_id = ?"
+    SQL_PUT_LIVE: ClassVar[str] = """
+        INSERT INTO live_text (run_id, root_id, text, at, tokens, prompt, cap)
+        VALUES (?, ?, ?, ?, ?, ?, ?)
+        ON CONFLICT (run_id) DO UPDATE SET text = excluded.text, at = excluded.at,
+            tokens = excluded.tokens, prompt = excluded.prompt, cap = excluded.cap
+    """
+    SQL_DROP_LIVE: ClassVar[str] = "DELETE FROM live_text WHERE run_id = ?"
     SQL_DROP_CANCEL: ClassVar[str] = "DELETE FROM cancels WHERE run_id = ?"
     SQL_DROP_CANCELS: ClassVar[str] = "DELETE FROM cancels WHERE root_id = ?"
     SQL_FENCES: ClassVar[dict[str, str]] = {
@@ -136,6 +144,41 @@ class SQLStore:
     def leases(self) -> Self:
         """This store keeps leases (a :class:`~.contract.Leases`)."""
         return self
+
+    @property
+    def live(self) -> Self:
+        """This store keeps the text runs stream (a :class:`~.contract.LiveText`)."""
+        return self
+
+    def put_live_text(self, run_id: str, root_id: str, stream: LiveStream | None) -> None:
+        """Note what run ``run_id`` is streaming now (None: it is not)."""
+        with self._write(f"note the live text of run {run_id!r}") as conn:
+            if stream is None:
+                conn.execute(self.SQL_DROP_LIVE, (run_id,))
+                return
+            row = (run_id, root_id, stream.text, time.time(), *stream.counts)
+            conn.execute(self.SQL_PUT_LIVE, row)
+
+    def live_stream(self, run_id: str) -> LiveStream | None:
+        """What run ``run_id`` was streaming when last noted, if it was."""
+        rows = self._read(
+            f"read the live text of run {run_id!r}",
+            "SELECT text, tokens, prompt, cap FROM live_text WHERE run_id = ?",
+            run_id,
+        )
+        if not rows:
+            return None
+        text, tokens, prompt, cap = rows[0]
+        return LiveStream(text=str(text), tokens=int(tokens), prompt=int(prompt), cap=int(cap))
+
+    def live_texts(self, root_id: str) -> dict[str, str]:
+        """What each run of the tree ``root_id`` is streaming now, by run id."""
+        rows = self._read(
+            f"read the live text of tree {root_id!r}",
+            "SELECT run_id, text FROM live_text WHERE root_id = ?",
+            root_id,
+        )
+        return {str(run_id): str(text) for run_id, text in rows}
 
     # -- what a dialect brings ----------------------------------------------
 
@@ -266,6 +309,8 @@ class SQLStore:
             conn.cursor().executemany(self.SQL_INSERT_MESSAGE, message_rows)
         if event_rows:
             conn.cursor().executemany(self.SQL_INSERT_EVENT, event_rows)
+        # a saved run is not streaming: what its stream cost is in the state saved here
+        conn.cursor().executemany(self.SQL_DROP_LIVE, [(row[0],) for row, _, _ in writes])
 
     def _written(self, states: Iterable[RunState]) -> None:
         for state in states:

@@ -45,7 +45,7 @@ from .transcripts import joined, message_json
 
 __all__ = ["BUSY_TIMEOUT_S", "STORE_SCHEMA_VERSION", "SQLiteStore", "default_store_path"]
 
-STORE_SCHEMA_VERSION = 4
+STORE_SCHEMA_VERSION = 5
 """Version of the tables' layout (not of the run states inside them)."""
 
 BUSY_TIMEOUT_S = 5.0
@@ -57,6 +57,17 @@ _MESSAGES_TABLE = """CREATE TABLE messages (
         data TEXT NOT NULL,
         PRIMARY KEY (run_id, idx)
     ) WITHOUT ROWID"""
+
+_LIVE_TEXT_TABLE = """CREATE TABLE IF NOT EXISTS live_text (
+    run_id TEXT PRIMARY KEY,
+    root_id TEXT NOT NULL,
+    text TEXT NOT NULL,
+    at REAL NOT NULL,
+    tokens INTEGER NOT NULL DEFAULT 0,
+    prompt INTEGER NOT NULL DEFAULT 0,
+    cap INTEGER NOT NULL DEFAULT 0
+)"""
+"""What each run is streaming now (see :class:`~.contract.LiveText`); a few rows at most."""
 
 _RUNS_BY_RECENCY = "CREATE INDEX runs_updated_at ON runs (updated_at) WHERE run_id = root_id"
 """Only roots are listed by recency: a child's save leaves this index alone."""
@@ -93,6 +104,7 @@ _TABLES = (
         requested_at REAL NOT NULL
     )""",
     "CREATE INDEX cancels_root_id ON cancels (root_id)",
+    _LIVE_TEXT_TABLE,
     """CREATE TABLE leases (
         root_id TEXT PRIMARY KEY,
         owner TEXT NOT NULL,
@@ -175,12 +187,14 @@ class SQLiteStore(SQLStore):
             found = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             if found is None:
                 _create_tables(conn)
-            elif found[0] in (1, 2, 3):
+            elif found[0] in (1, 2, 3, 4):
                 if found[0] == 1:
                     _migrate_from_1(conn)
                 if found[0] <= 2:
                     _migrate_from_2(conn)
-                _migrate_from_3(conn)
+                if found[0] <= 3:
+                    _migrate_from_3(conn)
+                _migrate_from_4(conn)
             elif found[0] != STORE_SCHEMA_VERSION:
                 raise StateError(
                     f"{self._path} has store schema version {found[0]!r}; this Orchestra "
@@ -279,6 +293,12 @@ def _create_tables(conn: sqlite3.Connection) -> None:
     for statement in _TABLES:
         conn.execute(statement)
     conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (STORE_SCHEMA_VERSION,))
+
+
+def _migrate_from_4(conn: sqlite3.Connection) -> None:
+    """Store schema 4 -> 5: the text each run is streaming now."""
+    conn.execute(_LIVE_TEXT_TABLE)
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (STORE_SCHEMA_VERSION,))
 
 
 def _migrate_from_3(conn: sqlite3.Connection) -> None:

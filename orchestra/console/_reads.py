@@ -40,6 +40,8 @@ class TreeSnapshot:
     """The sandbox of a run started by the CLI."""
     spent: dict[str, Usage]
     """Each run's tree usage, added up from the store (see :func:`rolled_up`)."""
+    live: dict[str, str] = attrs.Factory(dict)
+    """What each running run is streaming now, by run id (as its process last noted)."""
 
     @property
     def root_state(self) -> RunState:
@@ -98,6 +100,7 @@ def read_tree(store: DurableStore, run_id: str) -> TreeSnapshot:
         lease=store.lease_holder(root_id),
         directory=_directory(root.state),
         spent=rolled_up(root),
+        live=store.live.live_texts(root_id),
     )
 
 

@@ -94,7 +94,7 @@ def run_parts(
     return {
         "summary": _summary(snap),
         "actions": actions_html(snap, token=token, launch=launch),
-        "tree": tree_html(snap.root, selected.run_id, snap.spent),
+        "tree": tree_html(snap.root, selected.run_id, snap.spent, snap.live),
         "transcript": transcript_html(
             selected, snap.decisions.get(selected.run_id, []), snap.events
         ),

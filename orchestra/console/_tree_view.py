@@ -19,23 +19,34 @@ from ._page import LIMIT_EXITS, run_url, status_pill
 
 __all__ = ["bar", "doing", "tree_html"]
 
+STREAMING_SHOWN = 160
+"""Characters of a run's streaming text shown under its row (its latest)."""
 HIGH = 0.8
 """From this share of a limit on, a bar is amber."""
 
 
-def tree_html(root: RunResult, selected: str, spent: Mapping[str, Usage]) -> Html:
+def tree_html(
+    root: RunResult,
+    selected: str,
+    spent: Mapping[str, Usage],
+    live: Mapping[str, str] | None = None,
+) -> Html:
     """The whole tree, the row of run ``selected`` highlighted; ``spent``: each run's
-    tree usage by run id (its saved one if missing)."""
-    return h("ul", _branch(root, selected, spent), class_="tree")
+    tree usage by run id (its saved one if missing); ``live``: what running runs are
+    streaming now, by run id."""
+    return h("ul", _branch(root, selected, spent, live or {}), class_="tree")
 
 
-def _branch(result: RunResult, selected: str, spent: Mapping[str, Usage]) -> Html:
-    kids = [_branch(child, selected, spent) for child in result.children]
-    row = _row(result.state, selected, spent.get(result.run_id, result.state.tree))
+def _branch(
+    result: RunResult, selected: str, spent: Mapping[str, Usage], live: Mapping[str, str]
+) -> Html:
+    kids = [_branch(child, selected, spent, live) for child in result.children]
+    state = result.state
+    row = _row(state, selected, spent.get(result.run_id, state.tree), live.get(state.run_id))
     return h("li", row, h("ul", kids) if kids else None)
 
 
-def _row(state: RunState, selected: str, tree: Usage) -> Html:
+def _row(state: RunState, selected: str, tree: Usage, streaming: str | None = None) -> Html:
     status = state.status
     classes = ["node", f"s-{status.value}"]
     if status in LIMIT_EXITS or status is Status.FAILED:
@@ -48,7 +59,7 @@ def _row(state: RunState, selected: str, tree: Usage) -> Html:
         h("span", status_pill(status), _badge(status), class_="state"),
         h("span", _figures(state), class_="figures"),
         h("div", *_meters(state, tree), class_="meters"),
-        _note(state),
+        _note(state, streaming),
         class_=" ".join(classes),
         data_run=state.run_id,
         data_status=status.value,
@@ -130,8 +141,13 @@ def _share(used: float, limit: float | None) -> float:
     return 1.0 if limit <= 0 else min(max(used / limit, 0.0), 1.0)
 
 
-def _note(state: RunState) -> Html | None:
-    """One line under the row: why it stopped, its answer, or what it does now."""
+def _note(state: RunState, streaming: str | None = None) -> Html | None:
+    """One line under the row: why it stopped, its answer, or what it does now (the
+    text it is streaming, its latest words, while it writes a reply)."""
+    if state.status is Status.RUNNING and streaming:
+        said = one_line(streaming)
+        shown = "…" + said[-STREAMING_SHOWN:] if len(said) > STREAMING_SHOWN else said
+        return h("div", shown, class_="note streaming", title=said)
     if state.status is Status.RUNNING:
         said, kind = doing(state), "doing"
     elif state.status is Status.COMPLETED:

@@ -62,6 +62,13 @@ class WorkerRunner(Runner):
 
     queue: RunQueue
 
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        # No note per streamed piece: a write on the step's thread per piece would hold
+        # up the worker's loop, and a call in flight when a worker dies is charged by
+        # the ledger at its reservation (the console shows a worker's reply once saved).
+        self._live_text = None
+
     def fence(self, root_id: str) -> Fence | None:
         """The claim of the current step on its run: every save of the step (its
         run's, a child's it creates) is fenced by it, not by a tree's lease."""

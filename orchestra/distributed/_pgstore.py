@@ -64,7 +64,7 @@ _R = TypeVar("_R")
 
 __all__ = ["PG_SCHEMA_VERSION", "PostgresStore", "redacted"]
 
-PG_SCHEMA_VERSION = 2
+PG_SCHEMA_VERSION = 3
 """Version of the tables' layout (not of the run states inside them)."""
 
 CONNECT_TIMEOUT_S = 10
@@ -91,6 +91,17 @@ Connection = psycopg.Connection[TupleRow]
 
 # Ids compare byte by byte ("C"), as in SQLite: the same order everywhere, and
 # a prefix search (``LIKE 'abc%'``) can use the primary key's index.
+_LIVE_TEXT_TABLE = """CREATE TABLE IF NOT EXISTS live_text (
+    run_id TEXT COLLATE "C" PRIMARY KEY,
+    root_id TEXT COLLATE "C" NOT NULL,
+    text TEXT NOT NULL,
+    at DOUBLE PRECISION NOT NULL,
+    tokens BIGINT NOT NULL DEFAULT 0,
+    prompt BIGINT NOT NULL DEFAULT 0,
+    cap BIGINT NOT NULL DEFAULT 0
+)"""
+"""What each run is streaming now (see :class:`~orchestra._stores.contract.LiveText`)."""
+
 _TABLES = (
     """CREATE TABLE runs (
         run_id TEXT COLLATE "C" PRIMARY KEY,
@@ -137,6 +148,7 @@ _TABLES = (
         expires_at DOUBLE PRECISION NOT NULL,
         epoch BIGINT NOT NULL DEFAULT 0
     )""",
+    _LIVE_TEXT_TABLE,
     "CREATE TABLE orchestra_schema (version INTEGER NOT NULL)",
 )
 
@@ -156,8 +168,8 @@ _STOP_HEAD = """
 _MIGRATE_FROM_1 = (
     "ALTER TABLE runs ADD COLUMN IF NOT EXISTS epoch BIGINT NOT NULL DEFAULT 0",
     "ALTER TABLE leases ADD COLUMN IF NOT EXISTS epoch BIGINT NOT NULL DEFAULT 0",
-    "UPDATE orchestra_schema SET version = 2",
 )
+_MIGRATE_FROM_2 = (_LIVE_TEXT_TABLE,)
 
 _LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 """Wait for (then hold until the transaction ends) the advisory lock named by a string."""
@@ -639,9 +651,11 @@ class PostgresStore(SQLStore):
                 conn.execute("INSERT INTO orchestra_schema VALUES (%s)", (PG_SCHEMA_VERSION,))
                 return
             found = [v for (v,) in conn.execute("SELECT version FROM orchestra_schema")]
-            if found == [1]:
-                for statement in _MIGRATE_FROM_1:
+            if found in ([1], [2]):
+                steps = (*(_MIGRATE_FROM_1 if found == [1] else ()), *_MIGRATE_FROM_2)
+                for statement in steps:
                     conn.execute(statement)
+                conn.execute("UPDATE orchestra_schema SET version = %s", (PG_SCHEMA_VERSION,))
                 found = [PG_SCHEMA_VERSION]
         if found != [PG_SCHEMA_VERSION]:
             shown = found[0] if len(found) == 1 else found

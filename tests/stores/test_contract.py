@@ -14,7 +14,7 @@ import pytest
 from orchestra import LeaseError, LeaseLost, MemoryStore, RunNotFound
 from orchestra._exceptions import ConfigError, StateError
 from orchestra._state import RunState, Status
-from orchestra._stores.contract import DurableStore, Store
+from orchestra._stores.contract import DurableStore, LiveStream, Store
 from orchestra._stores.fence import Fence
 
 
@@ -183,3 +183,33 @@ def test_leases_are_taken_once_and_fence_every_writer_before(durable: DurableSto
     durable.release_lease("root", "b")  # another owner's lease is left alone
     assert durable.lease_holder("root") == "a"
     assert durable.load("root").status is Status.RUNNING
+
+
+# -- live text ------------------------------------------------------------------------
+
+
+def test_live_text_is_kept_per_run_and_cleared(durable: DurableStore) -> None:
+    live = durable.live
+    live.put_live_text("r1", "root", LiveStream(text="errors.log men", tokens=3))
+    live.put_live_text("r2", "root", LiveStream(text="Findings", tokens=1))
+    noted = LiveStream(text="errors.log mentions a timeout", tokens=6, prompt=300, cap=1024)
+    live.put_live_text("r1", "root", noted)
+    live.put_live_text("x", "other", LiveStream(text="elsewhere"))
+    assert live.live_texts("root") == {"r1": "errors.log mentions a timeout", "r2": "Findings"}
+    assert live.live_stream("r1") == noted and live.live_stream("nope") is None
+    live.put_live_text("r1", "root", None)
+    assert live.live_texts("root") == {"r2": "Findings"} and live.live_stream("r1") is None
+    assert live.live_texts("nothing") == {}
+
+
+def test_a_save_clears_the_run_s_live_text(durable: DurableStore) -> None:
+    # the save that keeps a stream's charge is the one that forgets the stream
+    durable.save(make_state("r1"))
+    durable.live.put_live_text("r1", "r1", LiveStream(text="half", tokens=2))
+    durable.live.put_live_text("r2", "r1", LiveStream(text="other", tokens=1))
+    durable.save(make_state("r1"))
+    assert durable.live.live_stream("r1") is None and durable.live.live_stream("r2") is not None
+
+
+def test_a_memory_store_keeps_no_live_text(each_store: Store) -> None:
+    assert (each_store.live is None) == (type(each_store).__name__ == "MemoryStore")

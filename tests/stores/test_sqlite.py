@@ -26,6 +26,7 @@ from orchestra._exceptions import (
 )
 from orchestra._state import RunState, Status
 from orchestra._stores import transcripts
+from orchestra._stores.contract import LiveStream
 from orchestra._stores.memory import Store
 from orchestra._stores.serde import state_to_dict
 from orchestra._stores.sqlite import STORE_SCHEMA_VERSION, SQLiteStore, default_store_path
@@ -644,6 +645,19 @@ def _event(run_id: str, root_id: str, type_: str) -> dict[str, object]:
 def _indexes(conn: sqlite3.Connection) -> dict[str, str]:
     rows = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql != ''")
     return dict(rows.fetchall())
+
+
+def test_a_version_4_file_gets_the_live_text_table(db: Path) -> None:
+    with SQLiteStore(db) as store:
+        store.save(make_state("root"))
+    with raw(db) as conn:
+        conn.execute("DROP TABLE live_text")
+        conn.execute("UPDATE meta SET value = 4 WHERE key = 'schema_version'")
+    with SQLiteStore(db) as store, raw(db) as conn:
+        assert conn.execute("SELECT value FROM meta").fetchone() == (STORE_SCHEMA_VERSION,) == (5,)
+        store.put_live_text("root", "root", LiveStream(text="so far", tokens=2))
+        assert store.live_texts("root") == {"root": "so far"}
+        assert store.load("root").run_id == "root"
 
 
 def test_a_version_2_file_keeps_its_runs_and_events_and_loses_two_index_writes(db: Path) -> None:
