@@ -341,3 +341,21 @@ async def test_a_childs_call_is_decided_and_shown_where_it_waits(runner, sandbox
         f'approved delete_file {{"path": "access.log"}} (ran; call_1_0 in {child["run_id"][:12]})'
         in text
     )
+
+
+def test_the_live_view_shows_each_run_s_streaming_words_at_80_columns():
+    view = LiveTree()
+    view(event("run_started", "run_r", agent="assistant", limits={}))
+    view(event("run_started", "run_c", "run_r", agent="researcher", limits={}))
+    view(event("model_request", "run_r", turn=1))
+    view(event("model_request", "run_c", turn=1))
+    for piece in ("Findings: 1) errors.log says ", "worker 7 timed out after 30000 ms; ", "2) the"):
+        view(event("text_delta", "run_r", text=piece, tokens=5))
+    view(event("text_delta", "run_c", "run_r", text="errors.log mentions a time", tokens=6))
+    lines = [line.plain for line in view.lines(80, 24)]
+    assert all(len(line) <= 80 for line in lines)
+    text = "\n".join(lines)
+    assert "30000 ms; 2) the" in text  # the root's latest words, under its row
+    assert "errors.log mentions a time" in text  # the child's, under its own row
+    view(event("model_request", "run_r", turn=2))  # a new call: its words start afresh
+    assert "30000 ms; 2) the" not in "\n".join(line.plain for line in view.lines(80, 24))
