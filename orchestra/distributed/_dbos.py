@@ -196,8 +196,14 @@ class DBOSQueue:
     def __init__(self, database: str, attempts: Callable[[str], int]) -> None:
         from dbos import DBOSClient
 
+        # DBOS retries a lost connection itself, with backoff up to a minute and no
+        # deadline: after a PostgreSQL restart one cancel took 59.5 s in the chaos test.
+        # Its errors come here instead (StoreUnreachable), and the callers retry every
+        # 50 ms within their own deadline.
         self._client = DBOSClient(
-            system_database_url=system_url(database), application_name=APP_NAME
+            system_database_url=system_url(database),
+            application_name=APP_NAME,
+            retry_connection_errors=False,
         )
         self._attempts = attempts
 
