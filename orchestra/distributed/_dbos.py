@@ -193,17 +193,18 @@ def recover(executor_ids: list[str]) -> int:
 class DBOSQueue:
     """Queues runs for workers through a DBOS client (any process may queue)."""
 
-    def __init__(self, database: str, attempts: Callable[[str], int]) -> None:
+    def __init__(
+        self, database: str, attempts: Callable[[str], int], *, dbos_retries: bool = True
+    ) -> None:
+        """``dbos_retries=False``: a lost connection is raised (as StoreUnreachable)
+        rather than retried by DBOS itself, with backoff up to a minute and no
+        deadline; for a client whose callers retry within their own deadline."""
         from dbos import DBOSClient
 
-        # DBOS retries a lost connection itself, with backoff up to a minute and no
-        # deadline: after a PostgreSQL restart one cancel took 59.5 s in the chaos test.
-        # Its errors come here instead (StoreUnreachable), and the callers retry every
-        # 50 ms within their own deadline.
         self._client = DBOSClient(
             system_database_url=system_url(database),
             application_name=APP_NAME,
-            retry_connection_errors=False,
+            retry_connection_errors=dbos_retries,
         )
         self._attempts = attempts
 
