@@ -165,23 +165,31 @@ class _Arrived:
     grant: Grant
     pieces: list[str] = attrs.Factory(list)
     tokens: int = 0
-    noted: bool = False
+    tail: str = ""
+    """The end of the text so far (at most :data:`LIVE_TEXT_KEPT`), as noted."""
+    notes: bool = attrs.field(init=False)
+    """Whether the runner's store keeps notes of streams (else none is made)."""
+
+    @notes.default
+    def _notes(self) -> bool:
+        return self.run.runner.notes_streams
 
     def text(self, piece: str, tokens: int) -> None:
         self.pieces.append(piece)
         self.tokens += tokens
-        self._note()
+        if self.notes:
+            self.tail = (self.tail + piece)[-LIVE_TEXT_KEPT:]
+            self._note()
         self.run.runner.delta(self.run, piece, tokens)
 
     def arguments(self, piece: str, tokens: int) -> None:
         self.tokens += tokens
-        self._note()
+        if self.notes:
+            self._note()
 
     def _note(self) -> None:
-        self.noted = True
-        text = "".join(self.pieces)[-LIVE_TEXT_KEPT:]
         stream = LiveStream(
-            text=text, tokens=self.tokens, prompt=self.grant.prompt, cap=self.grant.max_tokens
+            text=self.tail, tokens=self.tokens, prompt=self.grant.prompt, cap=self.grant.max_tokens
         )
         self.run.runner.live_text(self.run, stream)
 

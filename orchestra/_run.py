@@ -109,6 +109,11 @@ class Host(Protocol):
         """What ``run`` was streaming when the process running it stopped, if noted."""
         ...
 
+    @property
+    def notes_streams(self) -> bool:
+        """Whether the store keeps notes of streams (see :meth:`live_text`)."""
+        ...
+
     def save(self, state: RunState, events: Sequence[dict[str, Any]] = ()) -> None:
         """Save ``state`` (fenced by the tree's lease)."""
         ...

@@ -207,14 +207,7 @@ class Runner:
             )
             run.events.append(record)
             return
-        event = Event(
-            type=type_,
-            run_id=s.run_id,
-            root_id=s.root_id,
-            parent_id=s.parent_id,
-            at=self.now(),
-            data=data,
-        )
+        event = self._event(run, type_, data)
         if self.tracer is not None:
             self.tracer(run, event)
         if self.sink is not None:
@@ -229,14 +222,7 @@ class Runner:
         s = run.state
         if self.sink is None and s.root_id not in self._feeds:
             return
-        event = Event(
-            type="text_delta",
-            run_id=s.run_id,
-            root_id=s.root_id,
-            parent_id=s.parent_id,
-            at=self.now(),
-            data={"text": text, "tokens": tokens},
-        )
+        event = self._event(run, "text_delta", {"text": text, "tokens": tokens})
         if self.sink is not None:
             self.sink(event)
         if s.root_id in self._feeds:
@@ -251,9 +237,25 @@ class Runner:
         with contextlib.suppress(StoreError):
             self._live_text.put_live_text(run.state.run_id, run.state.root_id, stream)
 
+    @property
+    def notes_streams(self) -> bool:
+        """Whether the store keeps notes of streams (see :meth:`live_text`)."""
+        return self._live_text is not None
+
     def lost_stream(self, run: LiveRun) -> LiveStream | None:
         """What ``run`` was streaming when the process running it stopped, if noted."""
         return None if self._live_text is None else self._live_text.live_stream(run.state.run_id)
+
+    def _event(self, run: LiveRun, type_: str, data: dict[str, Any]) -> Event:
+        s = run.state
+        return Event(
+            type=type_,
+            run_id=s.run_id,
+            root_id=s.root_id,
+            parent_id=s.parent_id,
+            at=self.now(),
+            data=data,
+        )
 
     def feed(self, root_id: str) -> EventFeed:
         """A new reader of the events of tree ``root_id`` (see :meth:`RunHandle.events`)."""

@@ -372,10 +372,13 @@ class OpenAIProvider:
         before its cap) failed in transport."""
         if not (assembly.done or assembly.over):
             raise ProviderHTTPError(self._scrub(f"{self.base_url} ended the stream before [DONE]"))
+        body = assembly.body()
         try:
-            reply = parse_reply(_Parsed(orjson.dumps(assembly.body())))
+            reply = reply_of(body)
         except ProviderReplyError as exc:
             raise ProviderReplyError(self._scrub(str(exc))) from None
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise ProviderReplyError(self._scrub(f"not a chat completion ({exc!r})")) from exc
         first = assembly.first_at - assembly.sent_at if assembly.first_at is not None else None
         return attrs.evolve(reply, streamed=True, time_to_first_chunk_s=first)
 
@@ -489,17 +492,6 @@ def _error_text(response: Body) -> str:
         return excerpt(response.text, 300)
 
 
-@attrs.frozen
-class _Parsed:
-    """A body to parse (a streamed reply, assembled)."""
-
-    content: bytes
-
-    @property
-    def text(self) -> str:
-        return self.content.decode("utf-8", errors="replace")
-
-
 def parse_reply(response: Body) -> ChatReply:
     """A chat-completions response body as a :class:`ChatReply`.
 
@@ -509,31 +501,39 @@ def parse_reply(response: Body) -> ChatReply:
             (a reply with no ``usage`` at all is accepted, ``usage_reported=False``).
     """
     try:
-        body = _decoded(response.content)
-        choice = body["choices"][0]
-        usage = body.get("usage")
-        prompt = _token_count(usage, "prompt_tokens")
-        completion = _token_count(usage, "completion_tokens")
-        reply = ChatReply(
-            message=_clean_message(choice["message"]),
-            finish_reason=str(choice.get("finish_reason") or "stop"),
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-            usage_reported=usage is not None,
-            cached_tokens=_detail(usage, "prompt_tokens_details", "cached_tokens", prompt),
-            reasoning_tokens=_detail(
-                usage, "completion_tokens_details", "reasoning_tokens", completion
-            ),
-            model=_label(body.get("model")),
-            id=_label(body.get("id")),
-        )
+        return reply_of(_decoded(response.content))
     except RecursionError:
         raise ProviderReplyError("not a chat completion: the reply is nested too deeply") from None
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise ProviderReplyError(
             f"not a chat completion ({exc!r}): {excerpt(response.text, 300)}"
         ) from exc
-    return reply
+
+
+def reply_of(body: Any) -> ChatReply:
+    """A decoded chat-completions body as a :class:`ChatReply`.
+
+    Raises:
+        ProviderReplyError: its usage is implausible (see :func:`parse_reply`).
+        KeyError, IndexError, TypeError, ValueError: it is not a chat completion.
+    """
+    choice = body["choices"][0]
+    usage = body.get("usage")
+    prompt = _token_count(usage, "prompt_tokens")
+    completion = _token_count(usage, "completion_tokens")
+    return ChatReply(
+        message=_clean_message(choice["message"]),
+        finish_reason=str(choice.get("finish_reason") or "stop"),
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        usage_reported=usage is not None,
+        cached_tokens=_detail(usage, "prompt_tokens_details", "cached_tokens", prompt),
+        reasoning_tokens=_detail(
+            usage, "completion_tokens_details", "reasoning_tokens", completion
+        ),
+        model=_label(body.get("model")),
+        id=_label(body.get("id")),
+    )
 
 
 def _decoded(content: bytes) -> Any:
