@@ -353,9 +353,7 @@ class Worker:
         provider = self._providers.get(base_url)
         if provider is None:
             url = base_url or self._scripted_url
-            # Whole replies, not streams, on workers for now: with streaming on, the chaos
-            # test (seed 27) saw one tool call started by two workers 4 ms apart, 2 runs in 5.
-            provider = OpenAIProvider(base_url=url, api_key=api_key or DEMO_API_KEY, stream=False)
+            provider = OpenAIProvider(base_url=url, api_key=api_key or DEMO_API_KEY)
             self._providers[base_url] = provider
         return provider
 
