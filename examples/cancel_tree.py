@@ -28,9 +28,8 @@ from orchestra import (
     Runner,
     RunResult,
     Status,
-    catalog,
 )
-from orchestra.testing import make_sandbox, scripted_server
+from orchestra.testing import demo_tools, make_sandbox, scripted_server
 
 CHILDREN = 20
 MAX_MS = 100.0
@@ -42,7 +41,7 @@ def tree_agent(directory: Path) -> Agent:
         name="researcher",
         model="researcher",
         instructions="You are a researcher. Answer the question using the tools.",
-        tools=catalog(directory),
+        tools=demo_tools(directory),
         limits=Limits(max_turns=5),
     )
     return Agent(

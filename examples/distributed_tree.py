@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from orchestra import Agent, Limits, Status, catalog
+from orchestra import Agent, Limits, Status
 from orchestra.distributed import AGENTS_KEY, Cluster, cancel_tree, ledger_rows, submit
-from orchestra.testing import make_sandbox
+from orchestra.testing import demo_tools, make_sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKERS = 3
@@ -57,7 +57,7 @@ AGENTS = "examples.distributed_tree:tree_agent"
 
 def tree_agent() -> Agent:
     """The scripted ``slow_tree`` parent; each ``researcher`` child within $0.01."""
-    tools = catalog(os.environ[SANDBOX_ENV])
+    tools = demo_tools(os.environ[SANDBOX_ENV])
     researcher = Agent(
         name="researcher",
         model="researcher",

@@ -25,7 +25,7 @@ import attrs
 import trio
 
 from orchestra import Agent, Event, Limits, OpenAIProvider, Runner, RunResult, Status, catalog
-from orchestra.testing import make_sandbox, scripted_server
+from orchestra.testing import demo_tools, make_sandbox, scripted_server
 
 INSTRUCTIONS = "You are an operations assistant. Use the tools to answer in one sentence."
 STOP_AT = 1.2
@@ -57,7 +57,7 @@ async def scan(
         name="assistant",
         model="slow",
         instructions=INSTRUCTIONS,
-        tools=catalog(directory),
+        tools=demo_tools(directory),
         limits=Limits(max_turns=10),
     )
     async with trio.open_nursery() as nursery:

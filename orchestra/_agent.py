@@ -88,8 +88,13 @@ class Agent:
     further when the remaining budget cannot pay for it. ``stop_when`` holds
     predicates called with the run's state after each step (a non-empty string
     stops the run, see :mod:`orchestra._stops`); ``no_progress_after`` stops a
-    run whose last that-many tool calls were one call repeated with the same
-    result (None: never).
+    run whose last that-many replies each made one call, the same, with the
+    same result (None: never). ``look_first`` makes the model call a tool before
+    it may answer: each request until the run's first tool call says
+    ``tool_choice: "required"`` (servers such as llama.cpp then decode the reply
+    under a grammar that admits only a call), later ones leave the choice to
+    the model, which can then answer (a small model that would answer from
+    nothing looks first; one told to call tools always would never stop).
     """
 
     name: str
@@ -103,6 +108,7 @@ class Agent:
         default=(), converter=tuple
     )
     no_progress_after: int | None = 3
+    look_first: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.no_progress_after is not None and self.no_progress_after < 2:

@@ -83,16 +83,19 @@ def _calls(count: int | None) -> str:
     return f"{count} model call" if count == 1 else f"{count} model calls"
 
 
-def reserve(run: LiveRun, prompt_tokens: int, messages: int, margin: Margin) -> Grant | Exit:
+def reserve(
+    run: LiveRun, prompt_tokens: int, messages: int, margin: Margin, wanted: int | None = None
+) -> Grant | Exit:
     """Reserve the worst case of the next call, or say why it cannot be paid.
 
     The prompt is reserved as ``margin.apply(prompt_tokens, messages)``;
-    ``max_tokens`` is lowered to what both the USD and the token budget of
-    this run and every ancestor still pay for.
+    ``max_tokens`` (``wanted``, else the agent's) is lowered to what both the
+    USD and the token budget of this run and every ancestor still pay for.
     """
     price = run.runner.price_of(run.state.model)
     prompt = margin.apply(prompt_tokens, messages)
-    max_tokens = run.agent.max_tokens
+    wanted = run.agent.max_tokens if wanted is None else wanted
+    max_tokens = wanted
     for cap in (_usd_cap(run, price, prompt), _token_cap(run, prompt)):
         if isinstance(cap, Exit):
             return cap
@@ -102,7 +105,7 @@ def reserve(run: LiveRun, prompt_tokens: int, messages: int, margin: Margin) -> 
         pico=price.reserved(prompt, max_tokens),
         prompt=prompt,
         max_tokens=max_tokens,
-        shrunk=max_tokens < run.agent.max_tokens,
+        shrunk=max_tokens < wanted,
     )
     run.reserve(grant.pico, 1, grant.tokens)
     return grant

@@ -1,7 +1,11 @@
 """The chapter's tool catalog over a sandboxed directory.
 
-``list_files``, ``read_file`` (read-only), ``delete_file`` (needs approval),
-``scan_archive`` (slow, reports progress, stops at once when cancelled).
+``list_files`` (each file with its size and line count), ``read_file`` and
+``search_files`` (the lines that mention some words, in every file) read
+only; ``delete_file`` needs approval. Results say what they are, in
+words a small model can act on. The scripted scenarios' canned slow scan is not
+here: it is :func:`orchestra.testing.demo_tools`'s (a model given it takes its
+made-up answer for a fact).
 
 Paths are file names relative to the sandbox. A name the model can fix is
 answered in words (a :class:`ToolError`, the run goes on): an absolute path,
@@ -22,15 +26,16 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePosixPath
 
-import trio
-
 from ._exceptions import ConfigError, PermanentToolError, ToolError
-from ._tools import MIN_RESULT_BYTES, NOTE_BYTES, Tool, ToolContext, tool, utf8_prefix
+from ._search import search
+from ._tools import MIN_RESULT_BYTES, NOTE_BYTES, Tool, tool, utf8_prefix
 
 __all__ = ["catalog"]
 
-SCAN_FILES = 3000
-PROGRESS_EVERY = 200
+COUNT_LINES_UP_TO = 16 * 1024 * 1024
+"""Files up to this size have their lines counted by ``list_files`` (larger: not)."""
+TITLE_NAME_CHARS = 200
+"""Most characters of a path said in the line above a file's text."""
 
 
 def _inside(root: Path, name: str) -> Path:
@@ -126,27 +131,31 @@ def _decode(data: bytes) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _read_head(path: Path, limit: int) -> str:
-    """The file's text if it has at most ``limit`` bytes; else its start and a note.
+def _read_head(path: Path, limit: int, name: str) -> str:
+    """A line saying what follows (``The text of notes.txt (294 bytes):``), then the
+    file's text if both fit in ``limit`` bytes; else its start and a note.
 
-    Reads at most ``limit + 1`` bytes. For UTF-8 text, start and note together
-    fit in ``limit`` bytes (a character cut in two at the end is dropped), so
-    the result passes a tool result bound of the same size unchanged.
+    Reads at most ``limit + 1`` bytes. For UTF-8 text, line, start and note
+    together fit in ``limit`` bytes (a character cut in two at the end is
+    dropped), so the result passes a tool result bound of the same size unchanged.
     """
     with path.open("rb") as f:
         data = f.read(limit + 1)
         size = max(os.fstat(f.fileno()).st_size, len(data))
-    if len(data) <= limit:
-        return _decode(data)
-    head = utf8_prefix(data, limit - NOTE_BYTES)
-    return (
+    title = f"The text of {name[:TITLE_NAME_CHARS]} ({size:,} byte{'s' if size != 1 else ''}):\n"
+    room = limit - len(title.encode())
+    if len(data) <= room:
+        return title + _decode(data)
+    head = utf8_prefix(data, room - NOTE_BYTES)
+    return title + (
         f"{_decode(head)}\n[truncated: showing the first {len(head):,} bytes of {size:,}; "
         f"the file is larger than the read limit of {limit:,} bytes]"
     )
 
 
 def catalog(directory: str | Path, *, max_read_bytes: int = 64 * 1024) -> tuple[Tool, ...]:
-    """The four catalog tools, bound to ``directory``.
+    """The three catalog tools, bound to ``directory``: ``list_files``,
+    ``read_file`` and ``delete_file``.
 
     ``read_file`` returns at most ``max_read_bytes`` of a file (at least 1024).
     """
@@ -156,8 +165,9 @@ def catalog(directory: str | Path, *, max_read_bytes: int = 64 * 1024) -> tuple[
 
     @tool(read_only=True)
     def list_files() -> str:
-        """List the files in the working directory, one name per line."""
-        return "\n".join(_listing(root))
+        """List the files in the working directory with each one's size in bytes
+        and number of lines."""
+        return _list(root)
 
     @tool(read_only=True)
     def read_file(path: str) -> str:
@@ -169,7 +179,18 @@ def catalog(directory: str | Path, *, max_read_bytes: int = 64 * 1024) -> tuple[
         target = _inside(root, path)
         if not target.is_file():
             raise _missing(path)
-        return _read_head(target, max_read_bytes)
+        return _read_head(target, max_read_bytes, path)
+
+    @tool(read_only=True)
+    def search_files(words: str) -> str:
+        """Find the files that mention some words: every line, in every file of the
+        working directory, that has all of them (case and word endings aside:
+        'timeout' also finds 'timed out').
+
+        Args:
+            words: one or a few words to look for.
+        """
+        return search(root, _listing(root), words)
 
     @tool(needs_approval=True)
     def delete_file(path: str) -> str:
@@ -184,18 +205,36 @@ def catalog(directory: str | Path, *, max_read_bytes: int = 64 * 1024) -> tuple[
         target.unlink()
         return f"Deleted {path}."
 
-    @tool(read_only=True)
-    async def scan_archive(query: str, ctx: ToolContext, seconds: float = 3.0) -> str:
-        """Scan the log archive for a pattern (slow: about `seconds` seconds).
+    return (list_files, read_file, search_files, delete_file)
 
-        Args:
-            query: the text to look for.
-            seconds: how long the scan takes.
-        """
-        step = max(seconds, 0.0) / SCAN_FILES
-        for done in range(PROGRESS_EVERY, SCAN_FILES + 1, PROGRESS_EVERY):
-            await trio.sleep(step * PROGRESS_EVERY)
-            ctx.progress(f"scanned {done}/{SCAN_FILES} files")
-        return f"Scanned {SCAN_FILES} archived files for {query!r}: 1 match in errors.log."
 
-    return (list_files, read_file, delete_file, scan_archive)
+def _list(root: Path) -> str:
+    """``list_files``'s answer: how many files, then one line per file."""
+    names = _listing(root)
+    if not names:
+        return "The working directory has no files."
+    rows = [f"{name}: {_describe(root / name)}" for name in names]
+    head = f"{len(names)} file{'s' if len(names) != 1 else ''} in the working directory:"
+    return "\n".join([head, *rows])
+
+
+def _describe(path: Path) -> str:
+    """``12 lines, 1,024 bytes`` (lines not counted past :data:`COUNT_LINES_UP_TO`)."""
+    try:
+        size = path.stat().st_size
+        if size > COUNT_LINES_UP_TO:
+            return f"{size:,} bytes (too large to count its lines)"
+        lines = _count_lines(path)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    return f"{lines:,} line{'s' if lines != 1 else ''}, {size:,} bytes"
+
+
+def _count_lines(path: Path) -> int:
+    """Lines as a reader counts them: a last line without a newline counts too."""
+    lines, last = 0, b"\n"
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            lines += chunk.count(b"\n")
+            last = chunk[-1:]
+    return lines + (last != b"\n")

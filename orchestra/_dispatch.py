@@ -66,8 +66,9 @@ def pending_calls(state: RunState) -> list[dict[str, Any]]:
     return [c for c in calls if c["id"] not in answered]
 
 
-def flush_results(run: LiveRun) -> None:
-    """Once every call of the last message has a result, append them in call order."""
+def flush_results(run: LiveRun, *, save: bool = True) -> None:
+    """Once every call of the last message has a result, append them in call order
+    (and save, unless ``save`` is False: the caller saves next)."""
     state = run.state
     calls, _ = _open_calls(state)
     if not state.results or any(c["id"] not in state.results for c in calls):
@@ -78,7 +79,8 @@ def flush_results(run: LiveRun) -> None:
             state.messages.append({"role": "tool", "tool_call_id": call["id"], "content": text})
     state.results.clear()
     state.started.clear()  # only calls of the open message can be in doubt
-    run.checkpoint()
+    if save:
+        run.checkpoint()
 
 
 def record_result(run: LiveRun, call_id: str, text: str, *, save: bool = True) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 import trio
 
+from ._answers import LOOK_NOTE, answer_exit, must_look
 from ._budget import Grant, charge_partial, check_turns, overspent_reason, reserve, settle
 from ._dispatch import dispatch, flush_results, pending_calls, record_result
 from ._exceptions import ProviderError
@@ -68,7 +69,10 @@ class _Ask:
 async def model_step(run: LiveRun) -> None:
     """Check limits, reserve, call the model, record the reply."""
     request = ChatRequest(
-        model=run.state.model, messages=run.state.messages, tools=run.agent.tool_specs()
+        model=run.state.model,
+        messages=run.state.messages,
+        tools=run.agent.tool_specs(),
+        tool_choice=_tool_choice(run),
     )
     prompt_tokens = run.counter.count(request.messages, request.tools)
     margin = run.runner.margin_for(request.model)
@@ -84,9 +88,25 @@ async def model_step(run: LiveRun) -> None:
         record_reply(run, *called, gate)
 
 
+def _tool_choice(run: LiveRun) -> str | None:
+    """``required`` until a tool ran, if the run's agent looks first."""
+    if not run.agent.look_first or any(m.get("role") == "tool" for m in run.state.messages):
+        return None
+    return "required"
+
+
+LOOK_MAX_TOKENS = 512
+"""Most tokens of a reply that must be a tool call (a model that writes a plan
+instead is stopped early, then told, see :func:`~orchestra._answers.must_look`)."""
+
+
 def _gate(run: LiveRun, prompt_tokens: int, messages: int, margin: Margin) -> Grant | Exit:
-    """The turn limit, then the reservation of the call's worst case."""
-    return check_turns(run) or reserve(run, prompt_tokens, messages, margin)
+    """The turn limit, then the reservation of the call's worst case (a reply that
+    must be a tool call is held to :data:`LOOK_MAX_TOKENS`)."""
+    wanted = run.agent.max_tokens
+    if must_look(run.agent.look_first, run.state.messages):
+        wanted = min(wanted, LOOK_MAX_TOKENS)
+    return check_turns(run) or reserve(run, prompt_tokens, messages, margin, wanted)
 
 
 async def _call(run: LiveRun, ask: _Ask) -> tuple[ChatReply, Usage] | None:
@@ -278,34 +298,55 @@ def record_reply(run: LiveRun, reply: ChatReply, usage: Usage, grant: Grant) -> 
     at ``max_tokens`` is never dispatched: its calls may be incomplete.
     """
     state = run.state
+    before = len(state.messages)
     state.messages.append(unique_call_ids(state, reply.message))
     run.emit("turn", turn=state.turns, **_turn_fields(run, reply, usage))
     over = run.overspent()
     if over is not None:  # finish saves the reply with the exit, in one save
+        _not_run(run, reply, OVERSPENT_CALL)
         run.finish(Exit(status=Status.BUDGET_EXCEEDED, reason=overspent_reason(run, *over)))
+    elif not reply.tool_calls and must_look(run.agent.look_first, state.messages):
+        state.messages.append(LOOK_NOTE)  # asked again, once, by the next step
+        run.emit("look_first", turn=state.turns, message=LOOK_NOTE["content"])
+        run.checkpoint()
     elif reply.finish_reason != "length" and not reply.tool_calls:
-        run.finish(Exit(status=Status.COMPLETED, reason="answered"))
+        names = frozenset(t.name for t in run.agent.tools)
+        run.finish(answer_exit(state.messages[:before], _text(reply.message), names))
     else:
         run.checkpoint()
         if reply.finish_reason == "length":
             _cut_reply(run, reply, grant)
 
 
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    return content if isinstance(content, str) else ""
+
+
 def _cut_reply(run: LiveRun, reply: ChatReply, grant: Grant) -> None:
     """A reply that hit ``max_tokens``: budget_exceeded if the budget cut it, an
     answer if it is prose, else its calls are answered in words, not run."""
+    _not_run(run, reply, CUT_CALL.format(max_tokens=grant.max_tokens))
     if grant.shrunk:
         reason = f"the reply was cut at {grant.max_tokens} tokens to stay within budget"
         run.finish(Exit(status=Status.BUDGET_EXCEEDED, reason=reason))
     elif not reply.tool_calls:
         run.finish(Exit(status=Status.COMPLETED, reason="answered (cut at max_tokens)"))
     else:
-        text = CUT_CALL.format(max_tokens=grant.max_tokens)
-        for call in reply.tool_calls:
-            record_result(run, call["id"], text, save=False)
         run.checkpoint()
 
 
+def _not_run(run: LiveRun, reply: ChatReply, text: str) -> None:
+    """Answer each call of ``reply`` with ``text``, in the transcript (never run);
+    saved with the run's next save."""
+    for call in reply.tool_calls:
+        record_result(run, call["id"], text, save=False)
+    if reply.tool_calls:
+        flush_results(run, save=False)
+
+
+OVERSPENT_CALL = "Error: not run. The run's budget is spent."
+"""The result of each tool call in a reply that spent past the budget."""
 CUT_CALL = (
     "Error: not run. Your reply was cut at max_tokens ({max_tokens} tokens), so this call "
     "may be incomplete. Nothing was run; send the call again, with shorter arguments or "

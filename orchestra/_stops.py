@@ -4,8 +4,9 @@ Two kinds stop a run before its limits do, both as ``interrupted`` with a
 reason (resumable: a person may look, change something and go on):
 
 * **No progress** (``InterruptionKind.NO_PROGRESS``): the last
-  ``Agent.no_progress_after`` tool calls (default 3) were the same tool with
-  the same arguments and got the same result. A model stuck in such a loop
+  ``Agent.no_progress_after`` replies that called tools (default 3) each
+  called the same tool with the same arguments and got the same result (one
+  reply making the same call several times counts once). A model stuck in such a loop
   would otherwise spend to its turn or budget cap.
 * **User predicates** (``InterruptionKind.STOP_CONDITION``): each of
   ``Agent.stop_when`` is called with the run's state after each step; the
@@ -64,7 +65,9 @@ def _interrupted(kind: InterruptionKind, reason: str) -> Exit:
 
 
 def repeated_calls(state: RunState, times: int) -> str | None:
-    """The tool name if the last ``times`` answered calls were one call repeated.
+    """The tool name if the last ``times`` replies with answered calls each made one
+    call, the same one, with the same result (the same call made several times
+    in one reply counts once: a model writing it twice is not going round).
 
     Walks the transcript backwards and stops at the first different call, so
     a step costs what it looks at, not the length of the run.
@@ -75,16 +78,26 @@ def repeated_calls(state: RunState, times: int) -> str | None:
     for message in reversed(state.messages):
         if message.get("role") == "tool":
             results[message.get("tool_call_id")] = message.get("content")
-        for call in reversed(message.get("tool_calls") or ()):
-            if (result := results.get(call.get("id"))) is None:
-                continue  # not answered yet
-            entry = _entry(call, result)
-            if first is not None and entry != first:
-                return None
-            first, count = entry, count + 1
-            if count >= times:
-                return entry[0]
+            continue
+        entries = _answered(message, results)
+        if not entries:
+            continue
+        if len(entries) > 1 or (first is not None and first not in entries):
+            return None
+        first, count = next(iter(entries)), count + 1
+        if count >= times:
+            return first[0]
     return None
+
+
+def _answered(message: dict[str, Any], results: dict[Any, Any]) -> set[tuple[str, str, str]]:
+    """The distinct answered calls of ``message`` (name, arguments, result)."""
+    calls = message.get("tool_calls") or ()
+    return {
+        _entry(call, results[call.get("id")])
+        for call in calls
+        if results.get(call.get("id")) is not None
+    }
 
 
 def _entry(call: dict[str, Any], result: Any) -> tuple[str, str, str]:

@@ -45,6 +45,14 @@ def read(directory: Path, name: str, **options: int) -> str:
     return result
 
 
+def read_text(directory: Path, name: str, **options: int) -> str:
+    """What ``read_file(name)`` gives below its title line (checked)."""
+    title, text = read(directory, name, **options).split("\n", 1)
+    size = (directory / name).stat().st_size
+    assert title == f"The text of {name} ({size:,} byte{'s' if size != 1 else ''}):"
+    return text
+
+
 def sparse_file(path: Path, size: int) -> Path:
     """A file of ``size`` zero bytes that takes no disk space."""
     path.touch()
@@ -61,14 +69,15 @@ def test_a_huge_file_is_read_without_loading_it(tmp_path):
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     tracemalloc.start()
     try:
-        text = read(tmp_path, "errors.log")
+        whole = read(tmp_path, "errors.log")
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     rss_growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before
     assert rss_growth < 50 * 1024
     assert peak < 2 * 1024 * 1024
-    assert len(text.encode()) <= LIMIT
+    assert len(whole.encode()) <= LIMIT
+    text = read_text(tmp_path, "errors.log")
     assert text.startswith("\x00" * 1000)
     assert "[truncated: showing the first" in text
     assert f"of {HUGE:,}; the file is larger than the read limit" in text
@@ -82,17 +91,21 @@ async def test_a_truncated_read_passes_the_default_result_bound_unchanged(tmp_pa
     assert via_run.count("truncated") == 1
 
 
-def test_a_file_at_the_limit_is_read_whole_as_before(tmp_path):
+TITLE_2048 = len(b"The text of notes.txt (2,048 bytes):\n")
+
+
+def test_a_file_that_fits_the_limit_with_its_title_is_read_whole(tmp_path):
     body = b"a\r\nb\rc\n\xff" + b"x" * (2048 - 8)
     (tmp_path / "notes.txt").write_bytes(body)
-    text = read(tmp_path, "notes.txt", max_read_bytes=2048)
+    text = read_text(tmp_path, "notes.txt", max_read_bytes=2048 + TITLE_2048)
     assert text == "a\nb\nc\n\ufffd" + "x" * (2048 - 8)
+    assert "truncated" in read(tmp_path, "notes.txt", max_read_bytes=2048 + TITLE_2048 - 1)
 
 
 def test_truncation_never_cuts_a_character_in_two(tmp_path):
     (tmp_path / "euro.txt").write_text("€" * 1000, encoding="utf-8")  # 3 bytes each
     text = read(tmp_path, "euro.txt", max_read_bytes=1024)
-    head, note = text.split("\n", 1)
+    head, note = read_text(tmp_path, "euro.txt", max_read_bytes=1024).split("\n", 1)
     assert head == "€" * len(head) and len(head) >= 250
     assert note == (
         f"[truncated: showing the first {3 * len(head):,} bytes of 3,000; "
@@ -103,8 +116,9 @@ def test_truncation_never_cuts_a_character_in_two(tmp_path):
 
 def test_one_byte_over_the_limit_is_truncated(tmp_path):
     (tmp_path / "a.txt").write_bytes(b"y" * 1025)
-    assert "of 1,025;" in read(tmp_path, "a.txt", max_read_bytes=1024)
-    assert read(tmp_path, "a.txt", max_read_bytes=1025) == "y" * 1025
+    title = len(b"The text of a.txt (1,025 bytes):\n")
+    assert "of 1,025;" in read(tmp_path, "a.txt", max_read_bytes=1024 + title)
+    assert read_text(tmp_path, "a.txt", max_read_bytes=1025 + title) == "y" * 1025
 
 
 def test_a_read_limit_below_1024_is_refused(tmp_path):
@@ -126,6 +140,8 @@ def test_the_sandbox_still_holds(tmp_path):
 # -- paths outside the sandbox: words the model can act on; nothing outside is touched --
 
 CANARY = "canary: the payroll of everyone"
+SANDBOX_READ = "The text of errors.log (19 bytes):\nworker 7 timed out\n"
+SANDBOX_LISTING = "1 file in the working directory:\nerrors.log: 1 line, 19 bytes"
 
 
 class Asker:
@@ -225,16 +241,17 @@ async def test_an_absolute_path_is_answered_in_words_and_the_model_recovers(layo
         "Error: '/var/log/errors.log' is an absolute path; paths must be relative to the "
         "working directory: use 'errors.log'."
     )
-    assert content == result.answer == "worker 7 timed out\n"
+    assert content == result.answer == SANDBOX_READ
     assert result.state.own.tool_runs == 2
-    assert touched == [box.resolve() / "errors.log"]
+    mine = box.resolve().parent.parent  # not the interpreter's own lazy imports
+    assert [p for p in touched if mine in p.parents] == [box.resolve() / "errors.log"]
 
 
 async def test_an_absolute_path_to_the_real_outside_file_reads_the_sandbox_one(layout, touched):
     box, outside = layout
     result = await ask(box, str(outside / "errors.log"))
     assert result.status is Status.COMPLETED
-    assert result.answer == "worker 7 timed out\n"
+    assert result.answer == SANDBOX_READ
     assert CANARY not in json.dumps(result.state.messages)
     assert_only_inside(box, touched)
 
@@ -298,7 +315,7 @@ async def test_symlinks_out_of_the_sandbox_are_refused(layout, touched, name):
 def test_nothing_outside_is_listed_or_deleted(layout, touched):
     box, outside = layout
     by_name = tools(box)
-    assert by_name["list_files"].function() == "errors.log"
+    assert by_name["list_files"].function() == SANDBOX_LISTING
     for name in ("link.log", "sub/secret.txt", "../../outside/secret.txt"):
         with pytest.raises(PermanentToolError):
             by_name["delete_file"].function(path=name)
@@ -312,7 +329,81 @@ def test_nothing_outside_is_listed_or_deleted(layout, touched):
 def test_odd_names_still_get_words_not_os_errors(layout):
     box, _ = layout
     (box / "loop").symlink_to(box / "loop")
-    assert tools(box)["list_files"].function() == "errors.log"
+    assert tools(box)["list_files"].function() == SANDBOX_LISTING
     with pytest.raises(ToolError, match=r"absolute path.*call list_files") as caught:
         read(box, "/" + "x" * 300)
     assert not isinstance(caught.value, PermanentToolError)
+
+
+# -- what the tools say: enough for a small model's question, in words ----------------
+
+
+def test_list_files_gives_each_file_its_lines_and_bytes(tmp_path):
+    (tmp_path / "a.log").write_text("one\ntwo\nthree")  # a last line without a newline counts
+    (tmp_path / "b.txt").write_text("x\n")
+    (tmp_path / "empty").write_text("")
+    (tmp_path / "dir").mkdir()
+    listing = tools(tmp_path)["list_files"].function()
+    assert listing == (
+        "3 files in the working directory:\n"
+        "a.log: 3 lines, 13 bytes\n"
+        "b.txt: 1 line, 2 bytes\n"
+        "empty: 0 lines, 0 bytes"
+    )
+
+
+def test_list_files_says_when_there_is_nothing(tmp_path):
+    assert tools(tmp_path)["list_files"].function() == "The working directory has no files."
+
+
+def test_list_files_does_not_count_the_lines_of_a_huge_file(tmp_path):
+    sparse_file(tmp_path / "huge.bin", HUGE)
+    listing = tools(tmp_path)["list_files"].function()
+    assert listing.endswith(f"huge.bin: {HUGE:,} bytes (too large to count its lines)")
+
+
+def test_the_catalog_holds_no_canned_tool(tmp_path):
+    assert [t.name for t in catalog(tmp_path)] == [
+        "list_files",
+        "read_file",
+        "search_files",
+        "delete_file",
+    ]
+    from orchestra.testing import demo_tools
+
+    assert [t.name for t in demo_tools(tmp_path)][-1] == "scan_archive"
+
+
+def test_search_files_finds_word_forms_in_every_file(tmp_path):
+    (tmp_path / "errors.log").write_text("INFO start\nERROR worker 7 timed out after 30000 ms\n")
+    (tmp_path / "notes.txt").write_text("When a worker times out, restart it.\n")
+    (tmp_path / "access.log").write_text("GET /health 200\n")
+    found = tools(tmp_path)["search_files"].function(words="timeout")
+    assert found == (
+        "2 of the 3 files mention 'timeout' (2 lines):\n"
+        "errors.log line 2: ERROR worker 7 timed out after 30000 ms\n"
+        "notes.txt line 1: When a worker times out, restart it."
+    )
+    none = tools(tmp_path)["search_files"].function(words="rotating logs")
+    assert none == "No line of the 3 files mentions 'rotating logs': no file mentions it."
+
+
+def test_search_files_wants_every_word_on_one_line(tmp_path):
+    (tmp_path / "a.log").write_text("worker 7 timed out\nworker 8 started\n")
+    found = tools(tmp_path)["search_files"].function(words="Worker, STARTED")
+    assert found.splitlines()[1:] == ["a.log line 2: worker 8 started"]
+
+
+@pytest.mark.parametrize(
+    ("words", "said"), [("", "give one or a few words"), ("a " * 9, "at most 8")]
+)
+def test_search_files_answers_bad_words_in_words(tmp_path, words, said):
+    with pytest.raises(ToolError, match=said):
+        tools(tmp_path)["search_files"].function(words=words)
+
+
+def test_search_files_shows_at_most_forty_lines_and_says_how_many_more(tmp_path):
+    (tmp_path / "big.log").write_text("error here\n" * 50)
+    lines = tools(tmp_path)["search_files"].function(words="error").splitlines()
+    assert lines[0] == "1 of the 1 files mention 'error' (50 lines):"
+    assert len(lines) == 42 and lines[-1] == "... and 10 more lines"

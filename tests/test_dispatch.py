@@ -267,9 +267,10 @@ async def test_dedupe_never_reuses_a_read_from_before_a_write(tmp_path):
     )
     result = await Runner(provider=provider).run(agent, "go")
     results = [m["content"] for m in result.state.messages if m.get("role") == "tool"]
-    assert results[0] == "old"
-    assert results[2] == "new"  # read again after the write: not the cached "old"
-    assert results[3].startswith("new\n[Same call as")  # reused: no write since
+    assert results[0] == "The text of a.txt (3 bytes):\nold"
+    # read again after the write: not the cached "old"
+    assert results[2] == "The text of a.txt (3 bytes):\nnew"
+    assert results[3].startswith("The text of a.txt (3 bytes):\nnew\n[Same call as")  # reused
     assert result.state.own.tool_runs == 3
 
 

@@ -33,7 +33,7 @@ UNTIMED = (
     "research_budgets",
     "mcp_research",
 )
-NEED_A_SERVICE = ("research_trace", "six_tasks", "distributed_tree")
+NEED_A_SERVICE = ("research_trace", "six_tasks", "local_tree", "distributed_tree")
 """Examples that need Jaeger, a local model server or PostgreSQL: not run here
 (tests/distributed/test_example.py runs distributed_tree)."""
 SERVERS = ("mcp_files",)

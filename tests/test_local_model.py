@@ -112,7 +112,8 @@ def assert_accounted(result: RunResult, events: list[Event]) -> None:
     assistants = [m for m in state.messages if m["role"] == "assistant"]
     assert state.own == state.tree  # no children
     assert state.own.model_calls == state.turns == len(turns) == len(assistants)
-    assert state.own.tool_runs == sum(1 for m in state.messages if m["role"] == "tool")
+    ran = [m for m in state.messages if m["role"] == "tool"]
+    assert state.own.tool_runs == sum(not m["content"].startswith("Error: not run.") for m in ran)
     assert all(t["usage_reported"] for t in turns)
     assert state.own.prompt_tokens == sum(t["prompt_tokens"] for t in turns)
     assert state.own.completion_tokens == sum(t["completion_tokens"] for t in turns)
@@ -192,3 +193,46 @@ def test_orchestra_run_reports_status_turns_tool_runs_and_cost(
         saved.close()
     assert state.status.value == report["status"]
     assert_well_formed(state.messages)
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_five_of_the_six_tasks_are_answered_right_and_none_copies_the_harness() -> None:
+    """``examples/six_tasks.py``: each task an ``orchestra run`` as typed, judged by
+    the files' facts; the first token of a warm server within 5 s."""
+    out = subprocess.run(
+        [sys.executable, "examples/six_tasks.py", "--json", "--base-url", URL, "--model", MODEL],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    table = json.loads(out.stdout)
+    summary, rows = table["summary"], table["rows"]
+    said = [(r["task"], r["right"], r["answer"]) for r in rows]
+    assert summary["right"] >= 5, said
+    assert summary["copies_harness"] == [] and summary["over_budget"] == [], said
+    assert summary["first_token_warm_max_s"] < 5.0, summary
+
+
+def test_a_root_on_the_local_model_delegates_within_every_budget_and_answers_right() -> None:
+    """``examples/local_tree.py``: the root calls ``research``, the child's answer is
+    its tool result, every run within its budget by the server's counts, and the
+    root's answer has the sandbox's facts (worker 7, 30000 ms)."""
+    env = {**os.environ, "ORCHESTRA_LOCAL_MODEL_URL": URL}
+    out = subprocess.run(
+        [sys.executable, "examples/local_tree.py"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    verdict = out.stdout.strip().splitlines()[-1]
+    said = out.stdout + out.stderr[-2000:]
+    assert verdict == "OK: delegated, within budgets, answered right", said
+    assert out.returncode == 0

@@ -151,3 +151,34 @@ async def test_the_saved_state_keeps_the_elapsed_time(autojump_clock):
     result = await Runner(provider=provider, store=store).run(agent, "go")
     assert result.state.elapsed_s == pytest.approx(2.0)
     assert store.load(result.run_id).elapsed_s == pytest.approx(2.0)
+
+
+class _CutCall:
+    """Writes a call of read_file and is cut at ``max_tokens`` in its arguments."""
+
+    async def complete(self, request: ChatRequest) -> ChatReply:
+        call = {
+            "id": "c1",
+            "type": "function",
+            "function": {"name": "read_file", "arguments": '{"pa'},
+        }
+        message = {"role": "assistant", "content": None, "tool_calls": [call]}
+        return ChatReply(
+            message=message,
+            finish_reason="length",
+            prompt_tokens=count_prompt(request.messages, request.tools),
+            completion_tokens=request.max_tokens or 0,
+        )
+
+
+async def test_a_call_cut_by_the_budget_is_answered_in_words_never_run(sandbox):
+    from orchestra import catalog
+
+    agent = Agent(name="a", model="m", tools=catalog(sandbox), max_tokens=4096)
+    result = await Runner(provider=_CutCall()).run(agent, "hi", limits=Limits(max_budget_usd=0.002))
+    assert result.status is Status.BUDGET_EXCEEDED
+    assert "cut at" in (result.state.reason or "")
+    last = result.state.messages[-1]
+    assert last["role"] == "tool" and last["tool_call_id"] == "c1"
+    assert last["content"].startswith("Error: not run. Your reply was cut at max_tokens")
+    assert result.state.own.tool_runs == 0

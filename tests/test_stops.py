@@ -94,6 +94,21 @@ def test_repeats_are_counted_in_a_row_from_the_end():
     assert repeated_calls(state(same, ("list", "{}", "x"), same, same), 3) is None
 
 
+def test_one_reply_making_the_same_call_three_times_counts_once():
+    def reply(*ids: str) -> list[dict[str, Any]]:
+        calls = [_call(i, "read", "{}") for i in ids]
+        results = [{"role": "tool", "tool_call_id": i, "content": "x"} for i in ids]
+        return [{"role": "assistant", "tool_calls": calls}, *results]
+
+    def state(*replies: list[dict[str, Any]]) -> RunState:
+        messages = [{"role": "user", "content": "go"}, *(m for r in replies for m in r)]
+        return RunState(run_id="r", root_id="r", agent="a", model="m", messages=messages)
+
+    assert repeated_calls(state(reply("a", "b", "c")), 3) is None
+    assert repeated_calls(state(reply("a", "b", "c"), reply("d")), 3) is None
+    assert repeated_calls(state(reply("a", "b", "c"), reply("d"), reply("e")), 3) == "read"
+
+
 @tool
 def write(text: str) -> str:
     """Write text somewhere."""

@@ -47,11 +47,10 @@ MAX_TURNS: Final = 1_000_000
 MAX_TOKENS: Final = 10**12
 """The largest token count (stored counts are 64-bit integers)."""
 
-CATALOG_TOOLS: Final = ("list_files", "read_file", "delete_file", "scan_archive")
+CATALOG_TOOLS: Final = ("list_files", "read_file", "search_files", "delete_file")
 """The file catalog's tools by name (:func:`orchestra._catalog.catalog`), in its order."""
-READ_ONLY_TOOLS: Final = ("list_files", "read_file")
-"""What ``orchestra run`` offers unless ``--tools`` says otherwise: no writes, and
-not the demo's canned ``scan_archive``."""
+READ_ONLY_TOOLS: Final = ("list_files", "read_file", "search_files")
+"""What ``orchestra run`` offers unless ``--tools`` says otherwise: no writes."""
 
 
 def _shown(bound: float) -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .._recipes.recipe import RUN_MAX_TOKENS, RUN_TIMEOUT_S
+from .._recipes.recipe import RUN_INSTRUCTIONS, RUN_MAX_TOKENS, RUN_TIMEOUT_S
 from .common import Output, TreeOptions, api_key_option, output_options, tree_options
 from .options import MAX_SECONDS, READ_ONLY_TOOLS, TURNS, Number, ToolNames, count
 
@@ -27,9 +27,10 @@ __all__ = ["run_command"]
 @click.option("--model", required=True, metavar="NAME", help="The model name the endpoint expects.")
 @click.option(
     "--instructions",
-    default="",
+    default=None,
     metavar="TEXT",
-    help="The system message: who the agent is and how it works. [default: none]",
+    help="The system message: who the agent is and how it works ('' for none). "
+    "[default: answer from the files' contents, in plain sentences; written for small models]",
 )
 @click.option(
     "--tools",
@@ -37,7 +38,14 @@ __all__ = ["run_command"]
     default=",".join(READ_ONLY_TOOLS),
     show_default=True,
     help="Catalog tools to offer, by name or first word: list_files, read_file, "
-    "delete_file (asks a human first), scan_archive (the demo's canned slow scan).",
+    "search_files, delete_file (asks a human first).",
+)
+@click.option(
+    "--look-first/--no-look-first",
+    default=True,
+    show_default=True,
+    help="Make the model call a tool before it may answer (tool_choice 'required' until "
+    "a tool ran): it looks at the files instead of answering from nothing.",
 )
 @click.option("--max-turns", type=TURNS, default=20, show_default=True, help="Model calls.")
 @click.option(
@@ -85,8 +93,9 @@ def run_command(
     base_url: str,
     api_key: str,
     model: str,
-    instructions: str,
+    instructions: str | None,
     tools: tuple[str, ...],
+    look_first: bool,
     max_turns: int,
     directory: str,
     recover_tool_calls: bool,
@@ -112,8 +121,9 @@ def run_command(
         directory=str(Path(directory).resolve()),
         base_url=base_url,
         model=model,
-        instructions=instructions,
+        instructions=RUN_INSTRUCTIONS if instructions is None else instructions,
         tools=tools,
+        look_first=look_first,
         recover_tool_calls=recover_tool_calls,
         request_timeout=request_timeout,
         max_tokens=max_tokens,

@@ -237,7 +237,7 @@ async def _open_core(
 ) -> httpx.Response:
     """The response to a POST, its head read and its body still to come."""
     with _mapped():
-        response = await pool.handle_async_request(_core_request(target, content))
+        response = await _handle(pool, target, content)
     return httpx.Response(response.status, headers=response.headers, stream=_CoreBody(response))
 
 
@@ -248,6 +248,30 @@ async def _open_httpx(
     response = await transport.handle_async_request(request)
     response.request = request
     return response
+
+
+STALE = "Server disconnected without sending a response"
+"""httpcore's words for a connection closed before a single byte of the response."""
+
+
+async def _handle(
+    pool: httpcore.AsyncConnectionPool, target: _Target, content: bytes
+) -> httpcore.Response:
+    """The response to a POST (its head read), sent again at once on a new
+    connection if the pooled one it went out on was closed by the server with
+    no answer at all.
+
+    That is a keep-alive connection the server closed as it was taken from the
+    pool (llama.cpp's server closes each one after a streamed reply, though it
+    says keep-alive): the request was never answered, so it is sent again once,
+    not counted as a retry (as curl does). A second such close is an error.
+    """
+    try:
+        return await pool.handle_async_request(_core_request(target, content))
+    except httpcore.RemoteProtocolError as exc:
+        if not str(exc).startswith(STALE):
+            raise
+    return await pool.handle_async_request(_core_request(target, content))
 
 
 def _core_request(target: _Target, content: bytes) -> httpcore.Request:
@@ -295,7 +319,7 @@ async def _send_core(
     pool: httpcore.AsyncConnectionPool, target: _Target, content: bytes
 ) -> HTTPReply:
     with _mapped():
-        response = await pool.handle_async_request(_core_request(target, content))
+        response = await _handle(pool, target, content)
         try:
             body = await response.aread()
         finally:

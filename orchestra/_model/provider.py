@@ -73,6 +73,8 @@ class ChatRequest:
     messages: Sequence[Mapping[str, Any]]
     tools: Sequence[Mapping[str, Any]] = ()
     max_tokens: int | None = None
+    tool_choice: str | None = None
+    """``"required"``, ``"auto"`` or ``"none"`` (sent only with tools); None: not sent."""
     listener: Listener | None = attrs.field(default=None, eq=False, repr=False)
     """Told each piece of a streamed reply as it arrives (see :mod:`.stream`)."""
 
@@ -85,6 +87,8 @@ class ChatRequest:
         }
         if self.tools:
             body["tools"] = list(self.tools)
+            if self.tool_choice is not None:
+                body["tool_choice"] = self.tool_choice
         if self.max_tokens is not None:
             body[cap] = self.max_tokens
         return body

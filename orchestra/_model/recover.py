@@ -31,7 +31,7 @@ from typing import Any
 
 from .._tools import MAX_ARGUMENT_DEPTH, json_depth
 
-__all__ = ["cut_call", "declared_names", "recover_tool_calls"]
+__all__ = ["cut_call", "declared_names", "recover_tool_calls", "written_call"]
 
 _TAGGED = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _FENCED = re.compile(r"```[ \t]*(?:json|JSON|tool_call)?[ \t]*\n?(.*?)```", re.DOTALL)
@@ -79,6 +79,22 @@ def cut_call(message: Mapping[str, Any], names: frozenset[str]) -> dict[str, Any
     arguments = _CUT_ARGUMENTS.search(text, named.end())
     cut = {"name": named[1], "arguments": text[arguments.end() :] if arguments else ""}
     return {**message, "content": None, "tool_calls": [_with_id(cut)]}
+
+
+_NAMED = re.compile(r'["\']?(?:name|function)["\']?\s*[:=]\s*["\']([A-Za-z0-9_.-]+)["\']')
+
+
+def written_call(content: str, names: frozenset[str]) -> str | None:
+    """The declared tool a prose answer seems to call in writing, if any.
+
+    An answer that names a declared tool as a call's ``"name"`` (JSON, a
+    fenced block, ``<tool_call>`` tags, ``name='read_file'``...) is a call
+    the endpoint did not parse and nothing ran, not an answer.
+    """
+    for match in _NAMED.finditer(content):
+        if match[1] in names:
+            return match[1]
+    return None
 
 
 def _with_id(function: dict[str, Any]) -> dict[str, Any]:

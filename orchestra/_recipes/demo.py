@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .._agent import Agent, ToolPolicy
-from .._catalog import catalog
 from .._exceptions import ConfigError
+from .._scripted.tools import demo_tools
 from .._state import Limits
 from .._tools import Tool
 
@@ -55,7 +55,7 @@ DEFAULT_TASK = "Look into the logs and tell me what went wrong."
 
 
 def _research_tool(directory: Path, child_limits: Limits, policy: ToolPolicy, depth: int) -> Tool:
-    tools = catalog(directory)
+    tools = demo_tools(directory)
     if depth > 1:
         tools = (*tools, _research_tool(directory, child_limits, policy, depth - 1))
     researcher = Agent(
@@ -108,7 +108,7 @@ def demo_agent(
         ConfigError: ``scenario`` is not a scenario with valid modifiers.
     """
     base, _ = parse_scenario(scenario)
-    tools = catalog(directory)
+    tools = demo_tools(directory)
     if base in RESEARCH_SCENARIOS:
         depth = DEEP_LEVELS if base == "deep" else 1
         tools = (*tools, _research_tool(directory, child_limits, policy, depth))

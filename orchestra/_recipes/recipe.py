@@ -42,6 +42,22 @@ RUN_TIMEOUT_S = 600.0
 minutes for one long reply (276 s seen for 1,024 tokens under load)."""
 RUN_MAX_TOKENS = 1024
 """``orchestra run``'s default ``max_tokens`` per reply."""
+RUN_INSTRUCTIONS = (
+    "You answer questions about the files in the working directory. "
+    "You cannot see the files: call list_files to learn their names and sizes, "
+    "read_file to read one, and search_files to find which files mention some words. "
+    "Begin with a tool call, never with a plan. "
+    "Answer only from what the tools returned; never guess a file's name or content. "
+    "When a task has several steps, such as reading each file, make a tool call for "
+    "each step, one after another, and answer only when all are done. "
+    "When you have what the question asks for, stop calling tools and give the answer "
+    "in one or two plain sentences, naming the files it comes from. "
+    "If the files do not hold the answer, say so."
+)
+"""``orchestra run``'s system message unless ``--instructions`` says otherwise:
+plain, short sentences that a small local model follows (answer from the tool
+results, go on until the task is done, then stop and say it; say when the files
+do not hold the answer)."""
 SCRIPTED_PROVIDER = "orchestra.scripted"
 """``gen_ai.provider.name`` of the demos' embedded scripted server."""
 
@@ -83,6 +99,8 @@ class Recipe:
     tools: tuple[str, ...] | None = attrs.field(default=None, converter=_tool_names)
     """The catalog tools ``orchestra run`` offers, by name (``--tools``); None, as
     in recipes saved before ``--tools`` existed: all of them, as those runs had."""
+    look_first: bool = False
+    """Whether the model must call a tool before it may answer (``--look-first``)."""
     provider_name: str | None = None
     """``gen_ai.provider.name`` on spans (``--provider-name``); None: the
     provider's default (``orchestra.scripted`` for a demo's embedded server)."""
@@ -198,6 +216,7 @@ class Recipe:
             limits=limits,
             policy=self.policy(),
             max_tokens=self.max_tokens,
+            look_first=self.look_first,
         )
 
     @asynccontextmanager

@@ -15,7 +15,7 @@ from orchestra._catalog import catalog
 from orchestra._cli.main import main
 from orchestra._cli.options import CATALOG_TOOLS, READ_ONLY_TOOLS
 from orchestra._exceptions import StateError
-from orchestra._recipes.recipe import Recipe
+from orchestra._recipes.recipe import RUN_INSTRUCTIONS, Recipe
 from orchestra._state import Limits, RunState
 from orchestra._stores.sqlite import SQLiteStore
 from orchestra.testing import make_sandbox
@@ -49,7 +49,8 @@ def box(tmp_path: Path) -> Path:
 
 def test_the_sandbox_is_said_on_stderr_and_in_the_report(server_url: str, box: Path) -> None:
     report, stderr = run(server_url, box, "plan")
-    assert stderr.splitlines()[0] == f"sandbox: {box.resolve()} (tools: list_files, read_file)"
+    tools = "list_files, read_file, search_files"
+    assert stderr.splitlines()[0] == f"sandbox: {box.resolve()} (tools: {tools})"
     assert report["dir"] == str(box.resolve())
 
 
@@ -95,12 +96,27 @@ def test_dedupe_answers_a_repeated_read_from_the_transcript(server_url: str, box
     assert deduped["tool_runs"] == plain["tool_runs"] - 1
 
 
-def test_scan_archive_only_when_asked(server_url: str, box: Path) -> None:
+def test_by_default_the_model_looks_first_under_instructions_for_small_models(
+    server_url: str, box: Path, private_store: Path
+) -> None:
+    report, _ = run(server_url, box, "plan")
+    state = saved(private_store, report["run_id"])
+    assert state.messages[0] == {"role": "system", "content": RUN_INSTRUCTIONS}
+    assert Recipe.of(state).agent(Limits()).look_first
+    report, _ = run(server_url, box, "plan", "--no-look-first", "--instructions", "")
+    state = saved(private_store, report["run_id"])
+    assert state.messages[0]["role"] == "user"
+    assert not Recipe.of(state).agent(Limits()).look_first
+
+
+def test_the_canned_scan_is_never_offered_to_a_model(server_url: str, box: Path) -> None:
     report, _ = run(server_url, box, "slow")
     assert "no tool named 'scan_archive'" in json.dumps(report)
-    report, stderr = run(server_url, box, "slow", "--tools", "scan_archive")
-    assert "(tools: scan_archive)" in stderr
-    assert "Scanned 3000 archived files" in report["answer"]
+    result = CliRunner().invoke(
+        main, ["run", "t", "--base-url", server_url, "--model", "m", "--tools", "scan_archive"]
+    )
+    assert result.exit_code == 2
+    assert "unknown tool 'scan_archive'" in result.stderr
 
 
 def test_an_unknown_tool_is_a_usage_error_listing_the_choices(box: Path) -> None:
@@ -110,7 +126,10 @@ def test_an_unknown_tool_is_a_usage_error_listing_the_choices(box: Path) -> None
     )
     assert result.exit_code == 2
     assert result.stderr.startswith("error: Invalid value for '--tools': unknown tool 'rm': ")
-    assert "list_files (list), read_file (read), delete_file (delete)" in result.stderr
+    assert (
+        "list_files (list), read_file (read), search_files (search), delete_file (delete)"
+        in result.stderr
+    )
 
 
 def test_the_option_knows_the_catalog(tmp_path: Path) -> None:

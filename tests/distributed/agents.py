@@ -21,6 +21,7 @@ from typing import Any
 import trio
 
 from orchestra import Agent, Limits, ToolContext, catalog, tool
+from orchestra.testing import scan_archive as canned_scan
 
 SANDBOX = Path(os.environ.get("ORCHESTRA_TEST_SANDBOX", "."))
 
@@ -55,7 +56,7 @@ def journal_tree() -> Agent:
 
 
 def scan_tree() -> Agent:
-    tools = tuple(t for t in catalog(SANDBOX) if t.name == "scan_archive")
+    tools = (canned_scan,)
     leaf = Agent(name="leaf", model="tree", instructions="You are a researcher.", tools=tools)
     return Agent(
         name="root",

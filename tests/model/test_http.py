@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import socket
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -177,3 +179,73 @@ async def test_a_refused_connection_is_said_in_the_os_s_words_and_fails_at_once(
     message = str(caught.value)
     assert message.startswith(f"cannot connect to http://127.0.0.1:{port}/v1: Connection refused")
     assert caught.value.never_answered and not RetryPolicy().transient(caught.value)
+
+
+OK_ANSWER = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: keep-alive\r\n"
+    b'content-length: 45\r\n\r\n{"choices": [{"message": {"content": "ok"}}]}'
+)
+
+
+async def _read_request(stream: trio.SocketStream, data: bytes) -> tuple[bytes, bytes] | None:
+    """One request off ``stream`` (``data``: bytes already read); None at EOF."""
+    while b"\r\n\r\n" not in data:
+        more = await stream.receive_some()
+        if not more:
+            return None
+        data += more
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(next(v for k, v in _header_lines(head) if k == b"content-length"))
+    while len(body) < length:
+        body += await stream.receive_some()
+    return body[:length], body[length:]
+
+
+async def _close_after_first(requests: list[str], answer_once: bool, task_status: Any) -> None:
+    """Answer the first request of each connection (with keep-alive) and close the
+    connection on the next without a word, as llama.cpp's server does after a
+    streamed reply; with ``answer_once``, answer only the first request of all."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[1])
+
+    async def serve(stream: trio.SocketStream) -> None:
+        got = await _read_request(stream, b"")
+        if got is None:
+            return
+        requests.append("answered" if not (answer_once and requests) else "dropped")
+        if requests[-1] == "answered":
+            await stream.send_all(OK_ANSWER)
+            if await _read_request(stream, got[1]) is not None:
+                requests.append("dropped")
+        await stream.aclose()
+
+    await trio.serve_listeners(serve, listeners)
+
+
+@contextlib.asynccontextmanager
+async def closing_server(answer_once: bool) -> AsyncIterator[tuple[Endpoint, list[str]]]:
+    """An endpoint on :func:`_close_after_first`, and what that server did."""
+    requests: list[str] = []
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(_close_after_first, requests, answer_once)
+        endpoint = Endpoint(
+            base_url=f"http://127.0.0.1:{port}/v1", headers={}, timeout=10.0, max_connections=1
+        )
+        yield endpoint, requests
+        await endpoint.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_keep_alive_connection_closed_unanswered_is_tried_again_at_once():
+    async with closing_server(answer_once=False) as (endpoint, requests):
+        replies = [await endpoint.post("/chat/completions", b"{}") for _ in range(3)]
+    assert [r.status_code for r in replies] == [200, 200, 200]
+    assert requests == ["answered", "dropped", "answered", "dropped", "answered"]
+
+
+async def test_a_second_unanswered_close_is_an_error():
+    async with closing_server(answer_once=True) as (endpoint, requests):
+        await endpoint.post("/chat/completions", b"{}")
+        with pytest.raises(httpx.RemoteProtocolError, match="without sending a response"):
+            await endpoint.post("/chat/completions", b"{}")
+    assert requests == ["answered", "dropped", "dropped"]

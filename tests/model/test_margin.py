@@ -87,7 +87,7 @@ async def test_a_sweep_of_budgets_never_overshoots_a_server_that_counts_more(san
         result = await runaway(sandbox, runner, budget)
         assert result.status is Status.BUDGET_EXCEEDED, budget
         assert result.state.tree.cost_pico <= from_usd(budget), (budget, result.state.reason)
-        assert result.state.turns >= 1 or budget < 0.002  # the margin costs little
+        assert result.state.turns >= 1 or budget < 0.0025  # the margin costs little
 
 
 async def test_each_fresh_runner_holds_the_budget_from_its_first_call(sandbox):

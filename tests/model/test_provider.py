@@ -322,7 +322,7 @@ async def test_a_run_goes_on_through_recovered_calls(tmp_path):
     finally:
         await provider.aclose()
     assert result.status is Status.COMPLETED
-    assert result.answer == "It says: worker 7 timed out\n"
+    assert result.answer == "It says: The text of errors.log (19 bytes):\nworker 7 timed out\n"
     assert result.state.own.tool_runs == 1
 
 

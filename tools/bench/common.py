@@ -375,9 +375,10 @@ def tree_runs(spec: tuple[int, ...]) -> int:
 
 def tree_agent(directory: Path, levels: int) -> Any:
     """An agent for the ``tree`` scenario whose ``research`` tool nests ``levels`` deep."""
-    from orchestra import Agent, catalog
+    from orchestra import Agent
+    from orchestra.testing import demo_tools
 
-    tools = tuple(catalog(directory))
+    tools = demo_tools(directory)
     agent = None
     for _ in range(levels + 1):
         research = () if agent is None else (agent.as_tool(name="research"),)
