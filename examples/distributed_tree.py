@@ -164,8 +164,11 @@ def start_tree(cluster: Cluster) -> str:
 
 
 def scanning(cluster: Cluster, root: str) -> bool:
+    """Every child started its scan and some are inside it (on a loaded machine
+    the children start seconds apart: the first may be done before the last starts)."""
     kids = [s for s in cluster.store.tree(root) if s.parent_id is not None]
-    return len(kids) == CHILDREN and all(k.turns == 1 for k in kids)
+    started = len(kids) == CHILDREN and all(k.turns >= 1 for k in kids)
+    return started and any(k.turns == 1 and k.status is Status.RUNNING for k in kids)
 
 
 def done(cluster: Cluster, root: str) -> bool:

@@ -27,8 +27,17 @@ from pathlib import Path
 
 import trio
 
-from orchestra import Agent, Limits, OpenAIProvider, Price, PriceTable, Runner, RunResult, catalog
-from orchestra._recipes.recipe import RUN_INSTRUCTIONS
+from orchestra import (
+    CATALOG_INSTRUCTIONS,
+    Agent,
+    Limits,
+    OpenAIProvider,
+    Price,
+    PriceTable,
+    Runner,
+    RunResult,
+    catalog,
+)
 from orchestra.testing import make_sandbox
 
 DEFAULT_URL = "http://127.0.0.1:8090/v1"
@@ -46,7 +55,7 @@ def root_agent(directory: Path) -> Agent:
     researcher = Agent(
         name="researcher",
         model="local",
-        instructions=RUN_INSTRUCTIONS,
+        instructions=CATALOG_INSTRUCTIONS,
         tools=[t for t in catalog(directory) if t.read_only],
         limits=Limits(max_turns=6, max_budget_usd=CHILD_BUDGET),
         look_first=True,

@@ -28,10 +28,15 @@ from typing import Any
 import httpx
 import trio
 
-from orchestra import OpenAIProvider, RecordingTracerProvider, Runner, RunResult
-from orchestra._recipes.demo import demo_agent, demo_task
-from orchestra._telemetry.otel import OTelTracer, configure_otlp
-from orchestra.testing import make_sandbox, scripted_server
+from orchestra import (
+    OpenAIProvider,
+    OTelTracer,
+    RecordingTracerProvider,
+    Runner,
+    RunResult,
+    configure_otlp,
+)
+from orchestra.testing import demo_agent, demo_task, make_sandbox, scripted_server
 
 JAEGER = os.environ.get("ORCHESTRA_JAEGER_URL", "http://127.0.0.1:16686").rstrip("/")
 DEFAULT_ENDPOINT = "http://127.0.0.1:4318"

@@ -110,10 +110,9 @@ TASKS: tuple[tuple[str, Judge], ...] = (
 
 def harness_text() -> list[str]:
     """The words of what the harness itself writes into the prompt."""
-    from orchestra import catalog
-    from orchestra._recipes.recipe import RUN_INSTRUCTIONS
+    from orchestra import CATALOG_INSTRUCTIONS, catalog
 
-    texts = [TEMPLATE.read_text(), RUN_INSTRUCTIONS]
+    texts = [TEMPLATE.read_text(), CATALOG_INSTRUCTIONS]
     texts += [t.description for t in catalog(".")]
     return re.findall(r"[a-z0-9']+", " ".join(texts).lower())
 
@@ -134,6 +133,7 @@ def run_task(task: str, args: argparse.Namespace, box: Path, store: Path) -> dic
         *("--dir", str(box), "--store", str(store), "--max-turns", "6"),
         *("--max-budget", str(BUDGET_USD), "--price-in", "2", "--price-out", "12"),
         "--json-events",
+        *(["--budget-note"] if args.budget_note else []),
     ]
     out = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
     events = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
@@ -205,6 +205,9 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--model", default="local")
     parser.add_argument("--repeat", type=int, default=1, help="run the six this many times")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--budget-note", action="store_true", help="orchestra run --budget-note: show what is left"
+    )
     return parser.parse_args()
 
 

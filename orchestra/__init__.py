@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         ToolError,
         ToolOutcomeUnknown,
     )
+    from ._instructions import CATALOG_INSTRUCTIONS
     from ._model.margin import FIRST_MARGIN, Calibration, Margin
     from ._model.provider import ChatReply, ChatRequest, OpenAIProvider, Provider
     from ._model.retry import RetryPolicy
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from ._tools import Tool, ToolContext, tool
 
 __all__ = [
+    "CATALOG_INSTRUCTIONS",
     "FIRST_MARGIN",
     "MIN_COMPLETION",
     "Agent",
@@ -137,6 +139,7 @@ _MODULE_OF: dict[str, str] = {
         "_agent": ("Agent", "ToolPolicy", "detailed_errors", "generic_errors"),
         "_budget": ("MIN_COMPLETION",),
         "_catalog": ("catalog",),
+        "_instructions": ("CATALOG_INSTRUCTIONS",),
         "_events": ("Event", "EventSink", "JsonlSink", "fanout"),
         "_exceptions": (
             "ConfigError",

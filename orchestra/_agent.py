@@ -109,6 +109,9 @@ class Agent:
     )
     no_progress_after: int | None = 3
     look_first: bool = False
+    budget_note: bool = False
+    """Each request ends with a system note of what the run has left (turns,
+    budget, tokens, time), for the model to plan by; in the request only."""
 
     def __attrs_post_init__(self) -> None:
         if self.no_progress_after is not None and self.no_progress_after < 2:

@@ -84,19 +84,25 @@ def _calls(count: int | None) -> str:
 
 
 def reserve(
-    run: LiveRun, prompt_tokens: int, messages: int, margin: Margin, wanted: int | None = None
+    run: LiveRun,
+    prompt_tokens: int,
+    messages: int,
+    margin: Margin,
+    wanted: int | None = None,
+    keep: tuple[int, int] = (0, 0),
 ) -> Grant | Exit:
     """Reserve the worst case of the next call, or say why it cannot be paid.
 
     The prompt is reserved as ``margin.apply(prompt_tokens, messages)``;
     ``max_tokens`` (``wanted``, else the agent's) is lowered to what both the
-    USD and the token budget of this run and every ancestor still pay for.
+    USD and the token budget of this run and every ancestor still pay for,
+    less ``keep`` (pico-dollars, tokens: kept for a later call).
     """
     price = run.runner.price_of(run.state.model)
     prompt = margin.apply(prompt_tokens, messages)
     wanted = run.agent.max_tokens if wanted is None else wanted
     max_tokens = wanted
-    for cap in (_usd_cap(run, price, prompt), _token_cap(run, prompt)):
+    for cap in (_usd_cap(run, price, prompt, keep[0]), _token_cap(run, prompt, keep[1])):
         if isinstance(cap, Exit):
             return cap
         if cap is not None:
@@ -111,11 +117,13 @@ def reserve(
     return grant
 
 
-def _usd_cap(run: LiveRun, price: Price, prompt: int) -> int | Exit | None:
-    """Output tokens the USD budgets still pay for after ``prompt``; None if unbounded."""
+def _usd_cap(run: LiveRun, price: Price, prompt: int, keep: int = 0) -> int | Exit | None:
+    """Output tokens the USD budgets still pay for after ``prompt`` and ``keep``
+    (pico-dollars); None if unbounded."""
     available = run.available_pico()
     if available is None:
         return None
+    available -= keep
     affordable = price.affordable_completion(available, prompt)
     if affordable >= MIN_COMPLETION:
         return affordable
@@ -128,11 +136,13 @@ def _usd_cap(run: LiveRun, price: Price, prompt: int) -> int | Exit | None:
     )
 
 
-def _token_cap(run: LiveRun, prompt: int) -> int | Exit | None:
-    """Output tokens the token budgets still allow after ``prompt``; None if unbounded."""
+def _token_cap(run: LiveRun, prompt: int, keep: int = 0) -> int | Exit | None:
+    """Output tokens the token budgets still allow after ``prompt`` and ``keep``;
+    None if unbounded."""
     available = run.available_tokens()
     if available is None:
         return None
+    available -= keep
     if available - prompt >= MIN_COMPLETION:
         return available - prompt
     if available < 0:
@@ -210,19 +220,27 @@ def charge_partial(run: LiveRun, prompt: int, cap: int, arrived: int) -> Usage:
     return usage
 
 
-def carve(parent: LiveRun, requested: Limits, now: float) -> Limits | str:
-    """A child's limits: what it asks for, within what ``parent`` has left.
+def carve(
+    parent: LiveRun, requested: Limits, now: float, keep: tuple[int, int] = (0, 0)
+) -> Limits | str:
+    """A child's limits: what it asks for, within what ``parent`` has left less
+    ``keep`` (pico-dollars, tokens: the parent's own wind-down reserve); a child
+    that asks for no wind-down reserve gets its parent's.
 
     Returns the child's limits, or the reason it cannot start.
     """
     limits = requested.anchored(now)
+    if limits.wind_down_tokens is None:
+        limits = attrs.evolve(limits, wind_down_tokens=parent.state.limits.wind_down_tokens)
     budget = parent.available_pico()
     if budget is not None:
+        budget -= keep[0]
         if budget <= 0:
             return f"the parent run has no budget left (${to_usd(max(budget, 0)):.6f})"
         limits = attrs.evolve(limits, max_budget_usd=_least(to_usd(budget), limits.max_budget_usd))
     tokens = parent.available_tokens()
     if tokens is not None:
+        tokens -= keep[1]
         if tokens <= 0:
             return f"the parent run has no tokens left ({max(tokens, 0)})"
         limits = attrs.evolve(limits, max_tokens_total=_least(tokens, limits.max_tokens_total))

@@ -32,6 +32,7 @@ from ._tools import MIN_RESULT_BYTES, NOTE_BYTES, Tool, tool, utf8_prefix
 
 __all__ = ["catalog"]
 
+
 COUNT_LINES_UP_TO = 16 * 1024 * 1024
 """Files up to this size have their lines counted by ``list_files`` (larger: not)."""
 TITLE_NAME_CHARS = 200

@@ -22,12 +22,12 @@ import attrs
 import trio
 
 from ._agent import Agent
-from ._budget import carve
 from ._exceptions import ConfigError, RunNotFound, StateError
 from ._loop import charge_lost_stream, drive
 from ._result import RunResult, stop_sentence
 from ._run import ChildWaiting, Exit, Host, LiveRun
 from ._state import Interruption, InterruptionKind, LimitRaise, Limits, RunState, Status, Usage
+from ._wind_down import carve_keeping
 
 __all__ = [
     "IN_PROCESS",
@@ -101,6 +101,7 @@ def reopen_state(
         state.limit_raises.append(LimitRaise(at=at, before=state.limits, after=after, note=note))
         state.limits = after
     state.status, state.reason, state.interruption, state.error = Status.RUNNING, "", None, None
+    state.answer_partial = False  # a wound-down run that goes on answers again
 
 
 def load_live(runner: Host, run_id: str, agent: Agent, parent: LiveRun | None) -> LiveRun:
@@ -163,7 +164,7 @@ class _InProcess:
     """Children executing inside their parent's tool call, in this process."""
 
     async def carve(self, parent: LiveRun, ask: Limits) -> Limits | str:
-        return carve(parent, ask, parent.runner.now())
+        return carve_keeping(parent, ask, parent.runner.now())
 
     async def reattach(self, parent: LiveRun, child_id: str, agent: Agent) -> LiveRun | None:
         try:

@@ -8,14 +8,17 @@ fresh run, a resumed run and an approved call all take the same path.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import trio
 
+from . import _wind_down as wind_down
 from ._answers import LOOK_NOTE, answer_exit, must_look
 from ._budget import Grant, charge_partial, check_turns, overspent_reason, reserve, settle
+from ._budget_note import budget_note
 from ._dispatch import dispatch, flush_results, pending_calls, record_result
 from ._exceptions import ProviderError
 from ._model.margin import Margin
@@ -56,6 +59,9 @@ async def drive(run: LiveRun, *, one_step: bool = False) -> None:
             return
 
 
+_T = TypeVar("_T")
+
+
 @attrs.frozen(kw_only=True)
 class _Ask:
     """One model call being made: the request, our count of it, its reservation."""
@@ -67,25 +73,75 @@ class _Ask:
 
 
 async def model_step(run: LiveRun) -> None:
-    """Check limits, reserve, call the model, record the reply."""
+    """Check limits, reserve, call the model, record the reply (or, at the end of
+    a run that winds down, make its final call: see :mod:`orchestra._wind_down`)."""
+    margin = run.runner.margin_for(run.state.model)
+    if wind_down.wound(run):
+        await _final_step(run, wind_down.pending(run), margin)
+        return
     request = ChatRequest(
         model=run.state.model,
-        messages=run.state.messages,
+        messages=_with_budget_note(run),
         tools=run.agent.tool_specs(),
         tool_choice=_tool_choice(run),
     )
     prompt_tokens = run.counter.count(request.messages, request.tools)
-    margin = run.runner.margin_for(request.model)
-    decide = partial(_gate, run, prompt_tokens, len(request.messages), margin)
+    gate = await _decided(run, partial(_gate, run, prompt_tokens, len(request.messages), margin))
+    if isinstance(gate, wind_down.WindDown):
+        await _final_step(run, gate, margin)
+    elif isinstance(gate, Exit):
+        run.finish(gate)
+    else:
+        ask = _Ask(request=request, prompt_tokens=prompt_tokens, margin=margin, grant=gate)
+        called = await _call(run, ask)
+        if called is not None:
+            record_reply(run, *called, gate)
+
+
+async def _decided(run: LiveRun, decide: Callable[[], _T]) -> _T:
+    """``decide()``, through the runner's ledger if it has one."""
     ledger = run.runner.ledger
-    gate = decide() if ledger is None else await ledger.guarded(run, decide)
-    if isinstance(gate, Exit):
+    return decide() if ledger is None else await ledger.guarded(run, decide)
+
+
+async def _final_step(run: LiveRun, wind: wind_down.WindDown, margin: Margin) -> None:
+    """The final call of a run that winds down: no tools, at most its reserve."""
+    wind_down.begin(run, wind)
+    request = ChatRequest(model=run.state.model, messages=run.state.messages)
+    prompt_tokens = run.counter.count(request.messages, request.tools)
+    wanted = min(run.agent.max_tokens, run.state.limits.wind_down_tokens or 1)
+    decide = partial(reserve, run, prompt_tokens, len(request.messages), margin, wanted)
+    gate = await _decided(run, decide)
+    if isinstance(gate, Exit):  # not even the final call can be paid: stop as without
+        wind_down.abandon(run)
         run.finish(gate)
         return
     ask = _Ask(request=request, prompt_tokens=prompt_tokens, margin=margin, grant=gate)
     called = await _call(run, ask)
     if called is not None:
-        record_reply(run, *called, gate)
+        record_final(run, called[0], called[1], wind)
+
+
+def record_final(run: LiveRun, reply: ChatReply, usage: Usage, wind: wind_down.WindDown) -> None:
+    """Keep the final reply and stop with the limit's status: its prose is the
+    run's answer, marked partial; calls it makes anyway are answered, never run."""
+    state = run.state
+    state.messages.append(unique_call_ids(state, reply.message))
+    run.emit("turn", turn=state.turns, **_turn_fields(run, reply, usage))
+    text = _text(reply.message).strip()
+    _not_run(run, reply, "Error: not run. This was the run's final reply; no tool runs now.")
+    state.answer_partial = bool(text) and not reply.tool_calls
+    said = "a final answer from what it had" if state.answer_partial else "no final answer"
+    wind_down.end(run)
+    run.finish(Exit(status=wind.status, reason=f"{wind.reason}: wound down to {said}"))
+
+
+def _with_budget_note(run: LiveRun) -> list[dict[str, Any]]:
+    """The transcript, and what the run has left if its agent shows it (the note is
+    in the request only, never in the transcript)."""
+    if not run.agent.budget_note:
+        return run.state.messages
+    return [*run.state.messages, {"role": "system", "content": budget_note(run)}]
 
 
 def _tool_choice(run: LiveRun) -> str | None:
@@ -100,13 +156,22 @@ LOOK_MAX_TOKENS = 512
 instead is stopped early, then told, see :func:`~orchestra._answers.must_look`)."""
 
 
-def _gate(run: LiveRun, prompt_tokens: int, messages: int, margin: Margin) -> Grant | Exit:
+def _gate(
+    run: LiveRun, prompt_tokens: int, messages: int, margin: Margin
+) -> Grant | Exit | wind_down.WindDown:
     """The turn limit, then the reservation of the call's worst case (a reply that
-    must be a tool call is held to :data:`LOOK_MAX_TOKENS`)."""
+    must be a tool call is held to :data:`LOOK_MAX_TOKENS`), or the run's end if
+    it winds down."""
     wanted = run.agent.max_tokens
     if must_look(run.agent.look_first, run.state.messages):
         wanted = min(wanted, LOOK_MAX_TOKENS)
-    return check_turns(run) or reserve(run, prompt_tokens, messages, margin, wanted)
+    stop = check_turns(run)
+    if stop is not None or not wind_down.applies(run):
+        return stop or reserve(run, prompt_tokens, messages, margin, wanted)
+    due = wind_down.due(run)
+    if due is not None:
+        return due
+    return wind_down.regular_grant(run, prompt_tokens, messages, margin, wanted)
 
 
 async def _call(run: LiveRun, ask: _Ask) -> tuple[ChatReply, Usage] | None:
@@ -327,7 +392,9 @@ def _cut_reply(run: LiveRun, reply: ChatReply, grant: Grant) -> None:
     """A reply that hit ``max_tokens``: budget_exceeded if the budget cut it, an
     answer if it is prose, else its calls are answered in words, not run."""
     _not_run(run, reply, CUT_CALL.format(max_tokens=grant.max_tokens))
-    if grant.shrunk:
+    if grant.shrunk and run.state.limits.wind_down_tokens and reply.tool_calls:
+        run.checkpoint()  # its next step winds down, with what it has
+    elif grant.shrunk:
         reason = f"the reply was cut at {grant.max_tokens} tokens to stay within budget"
         run.finish(Exit(status=Status.BUDGET_EXCEEDED, reason=reason))
     elif not reply.tool_calls:

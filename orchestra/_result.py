@@ -38,6 +38,11 @@ class RunResult:
         return self.state.answer
 
     @property
+    def answer_partial(self) -> bool:
+        """The answer is a wind-down's: the run stopped at a limit (its status)."""
+        return self.state.answer_partial
+
+    @property
     def cost_usd(self) -> float:
         """This run's own model spend."""
         return to_usd(self.state.own.cost_pico)
@@ -84,6 +89,7 @@ class RunResult:
             "budget_left_usd": _left(s.limits.max_budget_usd, self.tree_cost_usd),
             "tokens_left": _left(s.limits.max_tokens_total, s.tree.tokens),
             "answer": self.answer,
+            "answer_partial": s.answer_partial,
             "children": [c.summary() for c in self.ordered_children()],
         }
 
@@ -116,7 +122,10 @@ def stop_sentence(result: RunResult) -> str:
     if s.status is Status.COMPLETED:
         return s.answer or ""
     why = f": {s.reason}" if s.reason else ""
-    return (
+    stopped = (
         f"{s.agent} stopped: {s.status.value} after {s.turns} turn{'' if s.turns == 1 else 's'}, "
         f"spent ${to_usd(s.tree.cost_pico):.4f}{why}"
     )
+    if s.answer_partial and s.answer:
+        return f"{stopped}. Its partial answer, from what it found: {s.answer}"
+    return stopped

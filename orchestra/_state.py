@@ -190,7 +190,12 @@ class Limits:
     Both are enforced before each call and carved down the tree.
     ``timeout_s`` is relative to the run's start and is turned into an absolute
     ``deadline`` (wall-clock seconds since the epoch) when the run starts, so it
-    survives a restart.
+    survives a restart. ``wind_down_tokens`` keeps that many output tokens (and
+    what their call costs) for a final answer: when the next regular call could
+    not be paid without them, or one turn is left, or the deadline is one call
+    away, the run makes one last call with no tools for its best answer from
+    what it has, and stops with its limit's status and that answer, marked
+    partial (see :mod:`orchestra._wind_down`; None: no wind-down).
     """
 
     max_turns: int | None = None
@@ -198,9 +203,11 @@ class Limits:
     timeout_s: float | None = None
     deadline: float | None = None
     max_tokens_total: int | None = None
+    wind_down_tokens: int | None = None
 
     def __attrs_post_init__(self) -> None:
-        for name in ("max_turns", "max_budget_usd", "timeout_s", "max_tokens_total"):
+        names = ("max_turns", "max_budget_usd", "timeout_s", "max_tokens_total", "wind_down_tokens")
+        for name in names:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ConfigError(f"Limits.{name} must be >= 0, got {value}")
@@ -213,6 +220,7 @@ class Limits:
             "timeout_s": self.timeout_s,
             "deadline": self.deadline,
             "max_tokens_total": self.max_tokens_total,
+            "wind_down_tokens": self.wind_down_tokens,
         }
 
     @property
@@ -292,6 +300,8 @@ class RunState:
     """OpenTelemetry context of the run's span, so a resumed run continues its trace."""
     metadata: dict[str, str] = attrs.Factory(dict)
     """The application's own notes (e.g. how to rebuild the agent in another process)."""
+    answer_partial: bool = False
+    """The run stopped at a limit with a final answer from what it had (a wind-down)."""
 
     @property
     def turns(self) -> int:
@@ -300,8 +310,10 @@ class RunState:
 
     @property
     def answer(self) -> str | None:
-        """The final prose answer, if the run completed with one."""
-        if self.status is not Status.COMPLETED or not self.messages:
+        """The final prose answer, if the run completed with one or wound down to
+        one at a limit (then :attr:`answer_partial`)."""
+        done = self.status is Status.COMPLETED or self.answer_partial
+        if not done or not self.messages:
             return None
         last = self.messages[-1]
         return last.get("content") if last.get("role") == "assistant" else None

@@ -144,6 +144,8 @@ class TreeModel:
         turn = sum(m["role"] == "assistant" for m in request.messages)
         await trio.sleep(spec["delay"] * 0.1)
         msg = self._message(spec, turn)
+        if not request.tools:  # a wind-down's last call: an answer from what it has
+            msg = {"role": "assistant", "content": "found " * (spec["pad"] % 80 + 1)}
         wanted = count_completion(msg)
         assert request.max_tokens is not None
         if wanted > request.max_tokens:  # honour max_tokens as a real model does
@@ -188,7 +190,8 @@ def pad(n: int) -> str:
 def tree_agent() -> Agent:
     async def spawn(spec: str, ctx: ToolContext) -> str:
         budget = json.loads(spec)["budget"]
-        return await ctx.run_child(agent, spec, limits=Limits(max_budget_usd=budget, max_turns=20))
+        limits = Limits(max_budget_usd=budget, max_turns=20)
+        return await ctx.run_child(agent, spec, limits=limits)
 
     spawn_tool = Tool(
         name="spawn",
@@ -225,3 +228,26 @@ def test_no_node_ever_spends_past_its_budget(spec, root_budget):
         requested = json.loads(node.state.messages[0]["content"])["budget"]
         if node.state.parent_id is not None:
             assert node.state.limits.budget_pico <= from_usd(requested)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=node_spec, root_budget=st.floats(0.0, 0.03), wind=st.integers(1, 400))
+def test_with_wind_down_no_node_spends_past_its_budget_and_partial_answers_are_answers(
+    spec, root_budget, wind
+):
+    async def main() -> RunResult:
+        runner = Runner(provider=TreeModel())
+        limits = Limits(max_budget_usd=root_budget, max_turns=200, wind_down_tokens=wind)
+        return await runner.run(tree_agent(), json.dumps(spec), limits=limits)
+
+    result = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert result.status in {Status.COMPLETED, Status.BUDGET_EXCEEDED, Status.MAX_TURNS_EXCEEDED}
+    assert result.state.tree.cost_pico <= from_usd(root_budget)
+    assert_tree_sums(result)
+    for node in result.walk():
+        state = node.state
+        assert state.limits.wind_down_tokens == wind  # carved down the tree
+        assert state.tree.cost_pico <= (state.limits.budget_pico or 0)
+        if state.answer_partial:
+            assert state.status is not Status.COMPLETED and state.answer
+            assert state.messages[-2]["role"] == "system"  # the wind-down's note

@@ -32,6 +32,7 @@ UNTIMED = (
     "approval_resume",
     "research_budgets",
     "mcp_research",
+    "wind_down",
 )
 NEED_A_SERVICE = ("research_trace", "six_tasks", "local_tree", "distributed_tree")
 """Examples that need Jaeger, a local model server or PostgreSQL: not run here

@@ -202,6 +202,7 @@ class TreeOptions:
     max_budget: float | None
     timeout: float | None
     max_tokens_total: int | None
+    wind_down: int
     money: Money
     dedupe: bool
     mcp_commands: tuple[str, ...]
@@ -224,6 +225,15 @@ tree_options = bundled(
         ),
         timeout_option("Seconds for the whole tree."),
         tokens_option,
+        click.option(
+            "--wind-down",
+            type=count(10**6),
+            default=128,
+            show_default=True,
+            metavar="TOKENS",
+            help="Output tokens each run keeps for a final answer: at a limit (budget, "
+            "last turn, deadline) it answers from what it has, marked partial. 0: off.",
+        ),
         click.option(
             "--dedupe", is_flag=True, help="Answer repeated read-only calls from the transcript."
         ),

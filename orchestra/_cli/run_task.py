@@ -47,6 +47,12 @@ __all__ = ["run_command"]
     help="Make the model call a tool before it may answer (tool_choice 'required' until "
     "a tool ran): it looks at the files instead of answering from nothing.",
 )
+@click.option(
+    "--budget-note",
+    is_flag=True,
+    help="End each request with a note of what the run has left (calls, budget, "
+    "time), for the model to plan by (in the request only, never the transcript).",
+)
 @click.option("--max-turns", type=TURNS, default=20, show_default=True, help="Model calls.")
 @click.option(
     "--dir",
@@ -96,6 +102,7 @@ def run_command(
     instructions: str | None,
     tools: tuple[str, ...],
     look_first: bool,
+    budget_note: bool,
     max_turns: int,
     directory: str,
     recover_tool_calls: bool,
@@ -124,6 +131,7 @@ def run_command(
         instructions=RUN_INSTRUCTIONS if instructions is None else instructions,
         tools=tools,
         look_first=look_first,
+        budget_note=budget_note,
         recover_tool_calls=recover_tool_calls,
         request_timeout=request_timeout,
         max_tokens=max_tokens,

@@ -44,6 +44,7 @@ def limits(max_turns: int | None, tree: TreeOptions) -> Limits:
         max_budget_usd=tree.max_budget,
         timeout_s=tree.timeout,
         max_tokens_total=tree.max_tokens_total,
+        wind_down_tokens=tree.wind_down or None,
     )
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .._exceptions import ConfigError, StateError
+from .._instructions import CATALOG_INSTRUCTIONS
 from .._state import Limits, RunState
 from .money import Money
 
@@ -42,22 +43,8 @@ RUN_TIMEOUT_S = 600.0
 minutes for one long reply (276 s seen for 1,024 tokens under load)."""
 RUN_MAX_TOKENS = 1024
 """``orchestra run``'s default ``max_tokens`` per reply."""
-RUN_INSTRUCTIONS = (
-    "You answer questions about the files in the working directory. "
-    "You cannot see the files: call list_files to learn their names and sizes, "
-    "read_file to read one, and search_files to find which files mention some words. "
-    "Begin with a tool call, never with a plan. "
-    "Answer only from what the tools returned; never guess a file's name or content. "
-    "When a task has several steps, such as reading each file, make a tool call for "
-    "each step, one after another, and answer only when all are done. "
-    "When you have what the question asks for, stop calling tools and give the answer "
-    "in one or two plain sentences, naming the files it comes from. "
-    "If the files do not hold the answer, say so."
-)
-"""``orchestra run``'s system message unless ``--instructions`` says otherwise:
-plain, short sentences that a small local model follows (answer from the tool
-results, go on until the task is done, then stop and say it; say when the files
-do not hold the answer)."""
+RUN_INSTRUCTIONS = CATALOG_INSTRUCTIONS
+"""``orchestra run``'s system message unless ``--instructions`` says otherwise."""
 SCRIPTED_PROVIDER = "orchestra.scripted"
 """``gen_ai.provider.name`` of the demos' embedded scripted server."""
 
@@ -101,6 +88,8 @@ class Recipe:
     in recipes saved before ``--tools`` existed: all of them, as those runs had."""
     look_first: bool = False
     """Whether the model must call a tool before it may answer (``--look-first``)."""
+    budget_note: bool = False
+    """Whether each request tells the model what the run has left (``--budget-note``)."""
     provider_name: str | None = None
     """``gen_ai.provider.name`` on spans (``--provider-name``); None: the
     provider's default (``orchestra.scripted`` for a demo's embedded server)."""
@@ -217,6 +206,7 @@ class Recipe:
             policy=self.policy(),
             max_tokens=self.max_tokens,
             look_first=self.look_first,
+            budget_note=self.budget_note,
         )
 
     @asynccontextmanager

@@ -463,12 +463,43 @@ def reply(request: Mapping[str, Any]) -> dict[str, Any]:
     scenario = SCENARIOS[req.model]
     if scenario.reasoning:
         return _reasoned(req, scenario)
-    scripted = scenario(Conversation(req.messages))
+    if _last_call(req):
+        scripted = final_answer(req.messages)
+    else:
+        scripted = scenario(Conversation(req.messages))
     message, finish = _clip_message(scripted, req.limit)
     prompt, completion = count_prompt(req.messages, req.tools), count_completion(message)
     return _completion(
         req, message, finish, {"prompt_tokens": prompt, "completion_tokens": completion}
     )
+
+
+def _last_call(req: _Request) -> bool:
+    """A wind-down's last call: no tools offered, a system note last, after tool
+    results (the script's own turns never look like that)."""
+    messages = req.messages
+    if req.tools or not messages or messages[-1].get("role") != "system":
+        return False
+    return any(m.get("role") == "tool" for m in messages)
+
+
+FINAL_FACTS = 5
+"""Most tool results a final answer sums up."""
+
+
+def final_answer(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The answer to a last call without tools, from what the conversation holds:
+    the first line of each distinct tool result (errors left out), at most
+    :data:`FINAL_FACTS` of them, newest first."""
+    facts: list[str] = []
+    for message in reversed(messages):
+        text = str(message.get("content") or "") if message.get("role") == "tool" else ""
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        line = lines[1] if len(lines) > 1 and lines[0].endswith(":") else (lines or [""])[0]
+        if line and not line.startswith("Error") and line[:120] not in facts:
+            facts.append(line[:120])
+    found = "; ".join(facts[:FINAL_FACTS]) or "nothing I could use"
+    return {"role": "assistant", "content": f"From what I found before my limit: {found}."}
 
 
 def _completion(

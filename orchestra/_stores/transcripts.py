@@ -62,6 +62,7 @@ def head_json(state: RunState) -> str:
         "updated_at": s.updated_at,
         "trace_context": s.trace_context,
         "metadata": s.metadata,
+        "answer_partial": s.answer_partial,
     }
     return _text(orjson.dumps(document))
 

@@ -280,7 +280,13 @@ class OTelTracer:
         self._contexts.pop(state.run_id, None)
         if span is None:
             return
-        span.set_attributes({**self._spent(run), "orchestra.stop_reason": reason})
+        span.set_attributes(
+            {
+                **self._spent(run),
+                "orchestra.stop_reason": reason,
+                "orchestra.answer_partial": state.answer_partial,
+            }
+        )
         span.add_event(
             "run_stopped", {"orchestra.status": state.status.value, "orchestra.stop_reason": reason}
         )

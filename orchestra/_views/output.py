@@ -51,7 +51,8 @@ def _footer(report: dict[str, Any]) -> Iterator[Text]:
     from .text import budget_usd, duration, status_text, token_details, tokens, usd
 
     if report["answer"]:
-        yield Text.assemble("\n", ("answer: ", "bold"), report["answer"])
+        label = "answer (partial, at a limit): " if report.get("answer_partial") else "answer: "
+        yield Text.assemble("\n", (label, "bold"), report["answer"])
     stopped = Text.assemble("stopped: ", status_text(report["status"]))
     if report.get("reason"):
         stopped.append(f" ({report['reason']})")

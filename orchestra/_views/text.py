@@ -267,6 +267,8 @@ class Node:
         status, reason, answer = report["status"], report.get("reason") or "", report["answer"]
         stopped = status != "completed" and reason
         note = reason if stopped else answer or ""
+        if stopped and report.get("answer_partial") and answer:
+            note = f"partial answer ({reason}): {answer}"
         return cls(
             agent=report["agent"],
             run_id=report["run_id"],

@@ -21,13 +21,13 @@ import attrs
 import trio
 
 from .._agent import Agent
-from .._budget import carve
 from .._exceptions import LeaseLost, RunNotFound, StoreUnreachable
 from .._execute import reopen_state, spawn_child
 from .._run import LiveRun
 from .._runner import Runner
 from .._state import Limits, RunState, Status, Usage
 from .._stores.fence import Fence
+from .._wind_down import carve_keeping
 from ._ledger import PostgresLedger
 from ._threads import (
     StepAbandoned,
@@ -161,7 +161,7 @@ class OnWorkers:
 
     async def carve(self, parent: LiveRun, ask: Limits) -> Limits | str:
         now = self.runner.now()
-        return await self.runner._ledger.guarded(parent, partial(carve, parent, ask, now))
+        return await self.runner._ledger.guarded(parent, partial(carve_keeping, parent, ask, now))
 
     async def reattach(self, parent: LiveRun, child_id: str, agent: Agent) -> LiveRun | None:
         try:

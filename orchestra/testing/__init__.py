@@ -14,6 +14,7 @@ with :func:`tool_calls` and :data:`DONE`).
 
 from __future__ import annotations
 
+from .._recipes.demo import demo_agent, demo_task
 from .._scripted import make_sandbox
 from .._scripted.scenarios import SANDBOX_FILES, SCENARIOS, Scenario, ScriptError, reply
 from .._scripted.server import scripted_server, serve_scripted
@@ -31,6 +32,8 @@ __all__ = [
     "Scenario",
     "ScriptError",
     "ScriptedTransport",
+    "demo_agent",
+    "demo_task",
     "demo_tools",
     "make_sandbox",
     "reply",

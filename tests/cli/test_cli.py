@@ -91,12 +91,27 @@ def test_research_tree_cost_adds_up_to_the_micro_dollar():
 
 
 def test_research_runaway_child_budget():
-    code, report = demo("research_runaway", "--max-budget", "0.02", "--child-budget", "0.005")
+    budgets = ("--max-budget", "0.02", "--child-budget", "0.005")
+    code, report = demo("research_runaway", *budgets, "--wind-down", "0")
     assert code == 0 and report["status"] == "completed"
     runaway = [c for c in report["children"] if c["status"] == "budget_exceeded"]
     assert len(runaway) == 1 and runaway[0]["tree_cost_usd"] <= 0.005
+    assert runaway[0]["answer"] is None and not runaway[0]["answer_partial"]
     for node in [report, *report["children"]]:
         assert node["budget_usd"] is None or node["tree_cost_usd"] <= node["budget_usd"]
+
+
+@pytest.mark.parametrize("child_budget", ["0.004", "0.05"])
+def test_with_wind_down_the_runaway_child_hands_back_a_partial_answer(child_budget):
+    code, report = demo("research_runaway", "--child-budget", child_budget)
+    assert code == 0 and report["status"] == "completed"
+    stopped = [c for c in report["children"] if c["status"] != "completed"]
+    assert stopped
+    for child in stopped:
+        assert child["status"] in ("budget_exceeded", "max_turns_exceeded")
+        assert child["answer_partial"] and child["answer"].startswith("From what I found")
+        assert child["tree_cost_usd"] <= child["budget_usd"]
+        assert child["answer"] in report["answer"]
 
 
 def test_unknown_run_is_a_clear_error():

@@ -277,7 +277,8 @@ def test_the_child_that_hit_its_budget_shows_without_opening_anything(
     console: Served, page: WebDriver, artifacts: Path
 ) -> None:
     store = ("--store", str(console.store))
-    root = cli("demo", "research_runaway", *store, "--child-budget", "0.005")["run_id"]
+    budget = ("--child-budget", "0.005", "--wind-down", "0")  # stopped, not wound down
+    root = cli("demo", "research_runaway", *store, *budget)["run_id"]
     open_run(page, console, root)
     assert statuses(page) == ["completed", "budget_exceeded", "completed"]
     hit = page.find_element(By.CSS_SELECTOR, '#tree .node[data-status="budget_exceeded"]')

@@ -566,3 +566,16 @@ async def test_streamed_calls_say_their_time_to_first_chunk(
     for span in chats:  # the reply's latency, then the first chunk's wait
         assert span.attributes["orchestra.streamed"] is True
         assert span.attributes["gen_ai.response.time_to_first_chunk"] == pytest.approx(0.75)
+
+
+async def test_a_wound_down_child_says_its_answer_is_partial_on_its_span(
+    traced, exporter, scenario_agent
+):
+    limits = Limits(max_budget_usd=0.004, wind_down_tokens=128)
+    agent = scenario_agent("research_runaway", child_limits=limits)
+    result = await traced.run(agent, "go")
+    agents = agents_by_run(exporter.get_finished_spans())
+    partial = [r for r in result.walk() if r.answer_partial]
+    assert partial
+    for run in result.walk():
+        assert agents[run.run_id].attributes["orchestra.answer_partial"] is run.answer_partial

@@ -430,9 +430,8 @@ def test_a_child_stopped_by_its_budget_shows_as_an_error_in_jaeger(
         OTEL_EXPORTER_OTLP_ENDPOINT=os.environ.get("ORCHESTRA_OTLP_HTTP", "http://127.0.0.1:4318"),
     )
     box = str(tmp_path / "box")
-    report = cli(
-        "demo", "research_runaway", "--child-budget", "0.005", "--dir", box, "--otlp", env=env
-    )
+    budget = ("--child-budget", "0.005", "--wind-down", "0")  # stopped, not wound down
+    report = cli("demo", "research_runaway", *budget, "--dir", box, "--otlp", env=env)
     runs = {r["run_id"]: r for r in walk(report)}
     [stopped] = [r for r in runs.values() if r["status"] == "budget_exceeded"]
 
