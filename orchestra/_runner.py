@@ -26,6 +26,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from functools import partial
 from typing import Any
 
 import attrs
@@ -50,6 +51,7 @@ from ._state import Interruption, Limits, RunState, Status
 from ._stores.contract import CancelInbox, Leases, LiveStream, LiveText, Store
 from ._stores.fence import Fence
 from ._stores.memory import MemoryStore
+from ._sync import blocking
 
 __all__ = ["RunHandle", "Runner"]
 
@@ -374,6 +376,30 @@ class Runner:
         state = new_state(agent, task, limits, run_id=run_id, metadata=metadata)
         with unwrapped():
             return await self._root(LiveRun(state=state, agent=agent, runner=self))
+
+    def run_sync(
+        self,
+        agent: Agent,
+        task: str,
+        *,
+        limits: Limits | None = None,
+        run_id: str | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> RunResult:
+        """:meth:`run` from plain code (a script, a notebook cell): blocks until the
+        tree stops; its result. Works with an asyncio loop running in this
+        thread too (the tree then runs in a thread of its own). See
+        :mod:`orchestra._sync`; from asyncio code use ``orchestra.aio``."""
+        go = partial(self.run, agent, task, limits=limits, run_id=run_id, metadata=metadata)
+        return blocking([self.provider], go)
+
+    def resume_sync(
+        self, run_id: str, agent: Agent, *, limits: Limits | None = None, note: str = ""
+    ) -> RunResult:
+        """:meth:`resume` from plain code, as :meth:`run_sync`."""
+        return blocking(
+            [self.provider], partial(self.resume, run_id, agent, limits=limits, note=note)
+        )
 
     async def start(
         self,

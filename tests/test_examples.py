@@ -33,6 +33,7 @@ UNTIMED = (
     "research_budgets",
     "mcp_research",
     "wind_down",
+    "fastapi_app",
 )
 NEED_A_SERVICE = ("research_trace", "six_tasks", "local_tree", "distributed_tree")
 """Examples that need Jaeger, a local model server or PostgreSQL: not run here

@@ -86,6 +86,7 @@ class Endpoint:
         self._targets: dict[str, _Target] = {}
         self._max_shards = math.ceil(max_connections / SHARD_CONNECTIONS)
         self._proxy = proxy_for(base_url)
+        self._given = transport is not None
         if transport is not None:
             self._shards.append(_Shard(transport, size=max_connections))
             self._max_shards = 1
@@ -147,6 +148,13 @@ class Endpoint:
     def shards(self) -> int:
         """How many shards (pools) exist so far."""
         return len(self._shards)
+
+    async def release(self) -> None:
+        """Close the pooled connections, which belong to the trio run that opened
+        them; the next request (in another run) opens new ones. A given transport
+        is the caller's: left as it is."""
+        if not self._given:
+            await self.aclose()
 
     async def aclose(self) -> None:
         """Close every shard's connections."""

@@ -423,6 +423,11 @@ class OpenAIProvider:
         """Close the connection pools."""
         await self._endpoint.aclose()
 
+    async def release_connections(self) -> None:
+        """Close the pooled connections of the trio run that ends (the provider is
+        used again from another trio run: ``Runner.run_sync``, ``orchestra.aio``)."""
+        await self._endpoint.release()
+
 
 MAX_RETRY_AFTER = 24 * 3600.0
 """A ``Retry-After`` longer than this (seconds) is read as this."""

@@ -1,0 +1,151 @@
+"""Claim: a FastAPI service starts, streams, stops and approves Orchestra trees from asyncio.
+
+``pip install -e '.[fastapi]'``, then ``uvicorn examples.fastapi_app:app`` (or
+``python examples/fastapi_app.py`` to try it once on loopback and exit). The
+app runs its trees with ``orchestra.aio`` on the server's own event loop,
+against the embedded scripted provider (the ``plan``, ``research``,
+``slow_tree`` and ``destructive`` scenarios over a fresh sandbox):
+
+- ``POST /runs {"scenario": "research"}`` starts a tree; ``{"run_id": ...}``;
+- ``GET /runs/{id}/events`` streams the tree's events as server-sent events
+  (one ``data:`` line of JSON each, ending after the root stops);
+- ``GET /runs/{id}`` is the tree's result once it stopped (404 before);
+- ``POST /runs/{id}/cancel`` stops the whole tree; every run ``interrupted``;
+- ``POST /runs/{id}/approve`` approves the call a run waits on and continues it.
+
+Run as a script, it serves on a free loopback port with uvicorn, starts a
+20-run ``slow_tree``, cancels it while its children scan and prints how long
+the whole tree took to stop; exits 1 unless every run ended ``interrupted``
+within 200 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
+
+from orchestra import MemoryStore, OpenAIProvider, Runner, aio
+from orchestra.testing import ScriptedTransport, demo_agent, demo_task, make_sandbox
+
+SCENARIOS = ("plan", "research", "slow_tree", "destructive")
+
+
+class Start(BaseModel):
+    scenario: str = "plan"
+    children: int | None = None
+
+
+class Service:
+    """The runner, the sandbox and the trees this process started."""
+
+    def __init__(self) -> None:
+        self.box = make_sandbox(Path(tempfile.mkdtemp(prefix="orchestra-api-")) / "sandbox")
+        provider = OpenAIProvider(base_url="http://scripted/v1", transport=ScriptedTransport())
+        self.runner = Runner(provider=provider, store=MemoryStore())
+        self.trees: dict[str, tuple[aio.Handle, str]] = {}
+
+    def handle(self, run_id: str) -> aio.Handle:
+        if run_id not in self.trees:
+            raise HTTPException(404, f"no run {run_id}")
+        return self.trees[run_id][0]
+
+
+service = Service()
+app = FastAPI(title="Orchestra trees")
+
+
+@app.post("/runs")
+async def start(body: Start) -> dict[str, str]:
+    if body.scenario not in SCENARIOS:
+        raise HTTPException(422, f"scenario must be one of {', '.join(SCENARIOS)}")
+    agent = demo_agent(body.scenario, service.box)
+    handle = await aio.start(service.runner, agent, demo_task(body.scenario, body.children))
+    service.trees[handle.run_id] = (handle, body.scenario)
+    return {"run_id": handle.run_id}
+
+
+@app.get("/runs/{run_id}/events")
+async def events(run_id: str) -> StreamingResponse:
+    handle = service.handle(run_id)
+
+    async def lines() -> AsyncIterator[str]:
+        async for event in handle.events():
+            yield f"data: {json.dumps(event.to_dict())}\n\n"
+
+    return StreamingResponse(lines(), media_type="text/event-stream")
+
+
+@app.get("/runs/{run_id}")
+async def result(run_id: str) -> dict[str, Any]:
+    handle = service.handle(run_id)
+    if not handle.done:
+        raise HTTPException(404, f"run {run_id} is still running")
+    return (await handle.wait()).summary()
+
+
+@app.post("/runs/{run_id}/cancel")
+async def cancel(run_id: str) -> dict[str, Any]:
+    handle = service.handle(run_id)
+    handle.cancel("cancelled over HTTP")
+    return (await handle.wait()).summary()
+
+
+@app.post("/runs/{run_id}/approve")
+async def approve(run_id: str) -> dict[str, Any]:
+    handle, scenario = service.trees.get(run_id, (None, ""))
+    if handle is None:
+        raise HTTPException(404, f"no run {run_id}")
+    await handle.wait()
+    service.runner.approve(run_id)
+    resumed = await aio.resume(service.runner, run_id, demo_agent(scenario, service.box))
+    service.trees[run_id] = (resumed, scenario)
+    return (await resumed.wait()).summary()
+
+
+def walk(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    return [summary, *(r for c in summary["children"] for r in walk(c))]
+
+
+async def try_it(port: int) -> int:
+    import httpx
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    serving = asyncio.create_task(server.serve())
+    while not server.started:  # noqa: ASYNC110 (uvicorn sets a flag; it has no event)
+        await asyncio.sleep(0.01)
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+        started = await client.post("/runs", json={"scenario": "slow_tree", "children": 19})
+        run_id = started.json()["run_id"]
+        await asyncio.sleep(1.0)  # the children are inside their scans
+        began = time.perf_counter()
+        stopped = (await client.post(f"/runs/{run_id}/cancel")).json()
+        took_ms = (time.perf_counter() - began) * 1000
+    server.should_exit = True
+    await serving
+    runs = walk(stopped)
+    statuses = {r["status"] for r in runs}
+    print(f"slow_tree over HTTP: {len(runs)} runs, all {', '.join(sorted(statuses))}")
+    print(f"POST /runs/{{id}}/cancel answered with the stopped tree in {took_ms:.1f} ms")
+    return 0 if len(runs) == 20 and statuses == {"interrupted"} and took_ms < 200 else 1
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(try_it(free_port())))

@@ -1,0 +1,84 @@
+"""``orchestra.aio``: trees from asyncio, on a trio guest run of the program's loop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestra import OpenAIProvider, Runner, Status, aio
+from orchestra.testing import ScriptedTransport, demo_agent, demo_task, make_sandbox
+
+PLAN_ANSWER = "errors.log mentions a timeout: worker 7 timed out after 30000 ms."
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> Path:
+    return make_sandbox(tmp_path / "box")
+
+
+def runner() -> Runner:
+    provider = OpenAIProvider(base_url="http://scripted/v1", transport=ScriptedTransport())
+    return Runner(provider=provider)
+
+
+def test_asyncio_run_of_aio_run_completes(box: Path) -> None:
+    result = asyncio.run(aio.run(runner(), demo_agent("plan", box), demo_task("plan")))
+    assert (result.status, result.answer) == (Status.COMPLETED, PLAN_ANSWER)
+
+
+def test_trees_at_once_share_one_runner(box: Path) -> None:
+    async def main() -> list[Status]:
+        shared = runner()
+        agent = demo_agent("research", box)
+        results = await asyncio.gather(*(aio.run(shared, agent, "go") for _ in range(3)))
+        again = await aio.run(shared, agent, "go")  # a guest run of its own, after the last
+        return [r.status for r in (*results, again)]
+
+    assert asyncio.run(main()) == [Status.COMPLETED] * 4
+
+
+def test_cancelling_the_awaiting_task_stops_a_20_run_tree_and_no_other_task(box: Path) -> None:
+    async def main() -> tuple[float, set[Status], int, bool]:
+        handle = await aio.start(runner(), demo_agent("slow_tree", box), demo_task("slow_tree", 19))
+        waiter = asyncio.create_task(handle.wait())
+        bystander = asyncio.create_task(asyncio.sleep(0.5))
+        await asyncio.sleep(1.0)  # the children are inside their 3 s scans
+        started = time.perf_counter()
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        took = time.perf_counter() - started
+        result = await handle.wait()
+        await bystander  # untouched: a tree's Stop is no CancelledError elsewhere
+        runs = result.walk()
+        return took, {r.status for r in runs}, len(runs), bystander.cancelled()
+
+    took, statuses, runs, bystander_cancelled = asyncio.run(main())
+    assert runs == 20 and statuses == {Status.INTERRUPTED}
+    assert took < 0.05 and not bystander_cancelled
+
+
+def test_handle_cancel_is_a_result_not_an_error(box: Path) -> None:
+    async def main() -> tuple[Status, str]:
+        handle = await aio.start(runner(), demo_agent("slow", box), demo_task("slow"))
+        await asyncio.sleep(0.3)
+        handle.cancel("enough")
+        result = await handle.wait()
+        return result.status, result.state.reason
+
+    assert asyncio.run(main()) == (Status.INTERRUPTED, "enough")
+
+
+def test_the_trees_events_reach_asyncio(box: Path) -> None:
+    async def main() -> tuple[set[str], int]:
+        handle = await aio.start(runner(), demo_agent("research", box), "go")
+        seen = [event async for event in handle.events()]
+        await handle.wait()
+        started = {e.run_id for e in seen if e.type == "run_started"}
+        return started, sum(e.type == "run_stopped" for e in seen)
+
+    started, stopped = asyncio.run(main())
+    assert len(started) == 4 and stopped == 4
