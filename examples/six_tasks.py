@@ -35,7 +35,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from statistics import mean
+from statistics import mean, median
 from typing import Any
 
 import httpx
@@ -193,6 +193,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "first_token_cold_s": firsts[0] if firsts else None,
         "first_token_warm_max_s": max(firsts[1:], default=None),
         "first_token_warm_mean_s": mean(firsts[1:]) if firsts[1:] else None,
+        "first_token_warm_median_s": median(firsts[1:]) if firsts[1:] else None,
         "over_budget": [r["task"] for r in rows if r["tree_cost_usd"] > BUDGET_USD],
         "copies_harness": [r["task"] for r in rows if r["copies"]],
     }
