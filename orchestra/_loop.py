@@ -8,6 +8,7 @@ fresh run, a resumed run and an approved call all take the same path.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
@@ -359,8 +360,8 @@ def record_reply(run: LiveRun, reply: ChatReply, usage: Usage, grant: Grant) -> 
     once (with the exit, if the run ends).
 
     The run ends if the tree spent past a budget (``budget_exceeded``, saying
-    by how much, never ``completed``) or if the reply is an answer. A reply cut
-    at ``max_tokens`` is never dispatched: its calls may be incomplete.
+    by how much, never ``completed``) or if the reply is an answer. Of a reply
+    cut at ``max_tokens`` only the calls the cut spared run (see :func:`_cut_reply`).
     """
     state = run.state
     before = len(state.messages)
@@ -390,7 +391,15 @@ def _text(message: dict[str, Any]) -> str:
 
 def _cut_reply(run: LiveRun, reply: ChatReply, grant: Grant) -> None:
     """A reply that hit ``max_tokens``: budget_exceeded if the budget cut it, an
-    answer if it is prose, else its calls are answered in words, not run."""
+    answer if it is prose; else its whole calls (arguments that are a complete
+    JSON object) run as any, and the one the cut broke is answered in words."""
+    whole = [c for c in reply.tool_calls if _whole(c)] if not grant.shrunk else []
+    if whole:
+        for call in reply.tool_calls:
+            if call not in whole:
+                record_result(run, call["id"], CUT_CALL.format(max_tokens=grant.max_tokens))
+        run.checkpoint()
+        return
     _not_run(run, reply, CUT_CALL.format(max_tokens=grant.max_tokens))
     if grant.shrunk and run.state.limits.wind_down_tokens and reply.tool_calls:
         run.checkpoint()  # its next step winds down, with what it has
@@ -401,6 +410,14 @@ def _cut_reply(run: LiveRun, reply: ChatReply, grant: Grant) -> None:
         run.finish(Exit(status=Status.COMPLETED, reason="answered (cut at max_tokens)"))
     else:
         run.checkpoint()
+
+
+def _whole(call: dict[str, Any]) -> bool:
+    """Whether a call's arguments are a complete JSON object (a call the cut spared)."""
+    try:
+        return isinstance(json.loads(call["function"]["arguments"]), dict)
+    except (KeyError, TypeError, ValueError, RecursionError):
+        return False
 
 
 def _not_run(run: LiveRun, reply: ChatReply, text: str) -> None:

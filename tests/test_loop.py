@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import trio
@@ -182,3 +183,39 @@ async def test_a_call_cut_by_the_budget_is_answered_in_words_never_run(sandbox):
     assert last["role"] == "tool" and last["tool_call_id"] == "c1"
     assert last["content"].startswith("Error: not run. Your reply was cut at max_tokens")
     assert result.state.own.tool_runs == 0
+
+
+class _CutAfterOneCall:
+    """Writes a whole call of read_file, then one the cut breaks; then answers."""
+
+    async def complete(self, request: ChatRequest) -> ChatReply:
+        if any(m["role"] == "tool" for m in request.messages):
+            message: dict[str, Any] = {"role": "assistant", "content": "read it"}
+            finish = "stop"
+        else:
+            whole = {"name": "read_file", "arguments": '{"path": "notes.txt"}'}
+            broken = {"name": "read_file", "arguments": '{"path": "err'}
+            calls = [
+                {"id": f"c{i}", "type": "function", "function": f}
+                for i, f in enumerate((whole, broken))
+            ]
+            message, finish = {"role": "assistant", "content": None, "tool_calls": calls}, "length"
+        return ChatReply(
+            message=message,
+            finish_reason=finish,
+            prompt_tokens=count_prompt(request.messages, request.tools),
+            completion_tokens=10,
+        )
+
+
+async def test_of_a_cut_reply_the_whole_calls_run_and_the_broken_one_is_said(sandbox):
+    from orchestra import catalog
+
+    agent = Agent(name="a", model="m", tools=catalog(sandbox))
+    result = await Runner(provider=_CutAfterOneCall()).run(agent, "hi")
+    results = {
+        m["tool_call_id"]: m["content"] for m in result.state.messages if m["role"] == "tool"
+    }
+    assert results["c0"].startswith("The text of notes.txt")
+    assert results["c1"].startswith("Error: not run. Your reply was cut at max_tokens")
+    assert result.state.own.tool_runs == 1 and result.answer == "read it"
