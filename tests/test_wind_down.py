@@ -151,9 +151,8 @@ async def test_the_command_line_and_the_console_say_partial():
     result = await Runner(provider=Reader()).run(reader(max_turns=3, wind_down_tokens=64), "q")
     report = result.summary()
     note = Node.of(report).note
-    assert note.startswith("partial answer (turn limit one call away: wound down")
-    assert note.endswith("): I read 2 pages: a timeout.")
+    assert note.startswith("partial answer: I read 2 pages: a timeout. (turn limit one call")
     footer = [str(line) for line in _footer(report)]
     assert footer[0] == "\nanswer (partial, at a limit): I read 2 pages: a timeout."
     html = str(_note(result.state))
-    assert "partial answer (turn limit" in html and "note answer partial" in html
+    assert "partial answer: I read 2 pages" in html and "note answer partial" in html

@@ -268,7 +268,7 @@ class Node:
         stopped = status != "completed" and reason
         note = reason if stopped else answer or ""
         if stopped and report.get("answer_partial") and answer:
-            note = f"partial answer ({reason}): {answer}"
+            note = f"partial answer: {answer} ({reason})"
         return cls(
             agent=report["agent"],
             run_id=report["run_id"],

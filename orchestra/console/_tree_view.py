@@ -153,7 +153,7 @@ def _note(state: RunState, streaming: str | None = None) -> Html | None:
     elif state.status is Status.COMPLETED:
         said, kind = state.answer or state.reason, "answer"
     elif state.answer_partial and state.answer:
-        said, kind = f"partial answer ({state.reason}): {state.answer}", "answer partial"
+        said, kind = f"partial answer: {state.answer} ({state.reason})", "answer partial"
     else:
         said, kind = state.reason or state.error or "", "why"
     said = one_line(said or "")
