@@ -25,7 +25,7 @@ from ._model.recover import written_call
 from ._run import Exit
 from ._state import Status
 
-__all__ = ["ANSWERED", "LOOK_NOTE", "answer_exit", "must_look"]
+__all__ = ["ANSWERED", "LOOK_NOTE", "answer_exit", "must_look", "tool_ran"]
 
 ANSWERED = "answered"
 ERROR_SHOWN = 160
@@ -43,9 +43,12 @@ LOOK_NOTE = {
 def must_look(look_first: bool, messages: Sequence[Mapping[str, Any]]) -> bool:
     """Whether a reply that calls no tool is sent back: the agent looks first, no
     tool has run, and the run was not already told (:data:`LOOK_NOTE`)."""
-    if not look_first:
-        return False
-    return not any(m.get("role") == "tool" or m == LOOK_NOTE for m in messages)
+    return look_first and not tool_ran(messages) and LOOK_NOTE not in messages
+
+
+def tool_ran(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the transcript holds a tool result."""
+    return any(m.get("role") == "tool" for m in messages)
 
 
 def answer_exit(messages: Sequence[Mapping[str, Any]], answer: str, names: frozenset[str]) -> Exit:

@@ -17,7 +17,7 @@ import attrs
 import trio
 
 from . import _wind_down as wind_down
-from ._answers import LOOK_NOTE, answer_exit, must_look
+from ._answers import LOOK_NOTE, answer_exit, must_look, tool_ran
 from ._budget import Grant, charge_partial, check_turns, overspent_reason, reserve, settle
 from ._budget_note import budget_note
 from ._dispatch import dispatch, flush_results, pending_calls, record_result
@@ -127,13 +127,13 @@ def record_final(run: LiveRun, reply: ChatReply, usage: Usage, wind: wind_down.W
     """Keep the final reply and stop with the limit's status: its prose is the
     run's answer, marked partial; calls it makes anyway are answered, never run."""
     state = run.state
-    state.messages.append(unique_call_ids(state, reply.message))
-    run.emit("turn", turn=state.turns, **_turn_fields(run, reply, usage))
+    wind_down.end(run)
+    if _append_and_stop_if_over(run, reply, usage):
+        return
     text = _text(reply.message).strip()
     _not_run(run, reply, "Error: not run. This was the run's final reply; no tool runs now.")
     state.answer_partial = bool(text) and not reply.tool_calls
     said = "a final answer from what it had" if state.answer_partial else "no final answer"
-    wind_down.end(run)
     run.finish(Exit(status=wind.status, reason=f"{wind.reason}: wound down to {said}"))
 
 
@@ -147,7 +147,7 @@ def _with_budget_note(run: LiveRun) -> list[dict[str, Any]]:
 
 def _tool_choice(run: LiveRun) -> str | None:
     """``required`` until a tool ran, if the run's agent looks first."""
-    if not run.agent.look_first or any(m.get("role") == "tool" for m in run.state.messages):
+    if not run.agent.look_first or tool_ran(run.state.messages):
         return None
     return "required"
 
@@ -365,13 +365,9 @@ def record_reply(run: LiveRun, reply: ChatReply, usage: Usage, grant: Grant) -> 
     """
     state = run.state
     before = len(state.messages)
-    state.messages.append(unique_call_ids(state, reply.message))
-    run.emit("turn", turn=state.turns, **_turn_fields(run, reply, usage))
-    over = run.overspent()
-    if over is not None:  # finish saves the reply with the exit, in one save
-        _not_run(run, reply, OVERSPENT_CALL)
-        run.finish(Exit(status=Status.BUDGET_EXCEEDED, reason=overspent_reason(run, *over)))
-    elif not reply.tool_calls and must_look(run.agent.look_first, state.messages):
+    if _append_and_stop_if_over(run, reply, usage):
+        return
+    if not reply.tool_calls and must_look(run.agent.look_first, state.messages):
         state.messages.append(LOOK_NOTE)  # asked again, once, by the next step
         run.emit("look_first", turn=state.turns, message=LOOK_NOTE["content"])
         run.checkpoint()
@@ -387,6 +383,21 @@ def record_reply(run: LiveRun, reply: ChatReply, usage: Usage, grant: Grant) -> 
 def _text(message: dict[str, Any]) -> str:
     content = message.get("content")
     return content if isinstance(content, str) else ""
+
+
+def _append_and_stop_if_over(run: LiveRun, reply: ChatReply, usage: Usage) -> bool:
+    """Append the reply and emit ``turn``; True if the tree spent past a budget
+    with it: then the run is finished ``budget_exceeded`` (saying by how much,
+    the reply's calls answered, never run), saved with the reply in one save."""
+    state = run.state
+    state.messages.append(unique_call_ids(state, reply.message))
+    run.emit("turn", turn=state.turns, **_turn_fields(run, reply, usage))
+    over = run.overspent()
+    if over is None:
+        return False
+    _not_run(run, reply, OVERSPENT_CALL)
+    run.finish(Exit(status=Status.BUDGET_EXCEEDED, reason=overspent_reason(run, *over)))
+    return True
 
 
 def _cut_reply(run: LiveRun, reply: ChatReply, grant: Grant) -> None:

@@ -32,6 +32,7 @@ from typing import Any
 import attrs
 import trio
 
+from ._answers import tool_ran
 from ._budget import Grant, carve, reserve
 from ._model.margin import FIRST_MARGIN, Margin
 from ._model.tokens import count_text
@@ -89,7 +90,7 @@ def applies(run: LiveRun) -> bool:
     its first calls are reserved as without wind-down)."""
     if not run.state.limits.wind_down_tokens:
         return False
-    return any(m.get("role") == "tool" for m in run.state.messages)
+    return tool_ran(run.state.messages)
 
 
 def wound(run: LiveRun) -> bool:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any, TypeVar
 
 import attrs
@@ -247,27 +248,35 @@ async def start(
     limits: Limits | None = None,
     run_id: str | None = None,
     metadata: dict[str, str] | None = None,
-    _feed: bool = True,
 ) -> Handle:
     """Start a tree from asyncio (as :meth:`Runner.start`); its :class:`Handle`."""
+    go = partial(
+        runner.start, agent=agent, task=task, limits=limits, run_id=run_id, metadata=metadata
+    )
+    return await _start(runner, go, feed=True)
+
+
+async def _start(
+    runner: Runner, go: Callable[[trio.Nursery], Awaitable[RunHandle]], *, feed: bool
+) -> Handle:
+    """``go(nursery)`` in the guest run; with ``feed``, a reader of the tree's events
+    subscribed at once (:func:`run` has none: a reader costs every event)."""
     portal = await _portal()
     started: asyncio.Future[tuple[RunHandle, EventFeed | None]] = portal.loop.create_future()
 
     async def tree() -> RunResult:
         async with trio.open_nursery() as nursery:
             try:
-                handle = await runner.start(
-                    nursery, agent, task, limits=limits, run_id=run_id, metadata=metadata
-                )
+                handle = await go(nursery)
             except BaseException as exc:  # the start failed: its error, as it is
                 _settle(started, exc=exc)
                 raise
-            _settle(started, value=(handle, handle.events() if _feed else None))
+            _settle(started, value=(handle, handle.events() if feed else None))
             return await handle.wait()
 
     result = portal.call(runner, tree)
-    handle, feed = await started
-    return Handle(handle.run_id, runner, portal, result, handle, feed)
+    handle, events = await started
+    return Handle(handle.run_id, runner, portal, result, handle, events)
 
 
 async def resume(
@@ -291,7 +300,8 @@ async def run(
     metadata: dict[str, str] | None = None,
 ) -> RunResult:
     """Run a tree to its end from asyncio (as :meth:`Runner.run`); its result."""
-    handle = await start(
-        runner, agent, task, limits=limits, run_id=run_id, metadata=metadata, _feed=False
+    go = partial(
+        runner.start, agent=agent, task=task, limits=limits, run_id=run_id, metadata=metadata
     )
+    handle = await _start(runner, go, feed=False)
     return await handle.wait()

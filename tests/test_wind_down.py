@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import attrs
 import trio
 
 from orchestra import Agent, ChatReply, ChatRequest, Limits, Runner, Status, tool
@@ -156,3 +157,18 @@ async def test_the_command_line_and_the_console_say_partial():
     assert footer[0] == "\nanswer (partial, at a limit): I read 2 pages: a timeout."
     html = str(_note(result.state))
     assert "partial answer: I read 2 pages" in html and "note answer partial" in html
+
+
+async def test_a_final_reply_past_the_budget_says_so_like_any_reply():
+    class Overspends(Reader):
+        async def complete(self, request: ChatRequest) -> ChatReply:
+            reply = await super().complete(request)
+            if request.tools:
+                return reply
+            return attrs.evolve(reply, completion_tokens=100_000)  # ignores max_tokens
+
+    result = await Runner(provider=Overspends()).run(
+        reader(max_budget_usd=0.01, wind_down_tokens=100), "q"
+    )
+    assert result.status is Status.BUDGET_EXCEEDED and not result.answer_partial
+    assert (result.state.reason or "").startswith("over budget: ")
