@@ -372,6 +372,8 @@ async def run_call(run: LiveRun, call: Call) -> None:
     outcome: Outcome | None = None
     timed_out = False
     ctx = _context(run, call, started, limit)
+    if not call.tool.read_only:
+        await _pause_before_effect()
     if limit == float("inf"):  # no scope to set up (and to unwind when the tree is cancelled)
         outcome = await _outcome(run, call, ctx)
     else:
@@ -401,6 +403,19 @@ def _answered_by_child(run: LiveRun, call: Call) -> bool:
     the child and the call is bound to it, so a crash runs the read again and it
     gets the saved answer back (the parent need not be saved for it)."""
     return call.tool.read_only and call.id in run.state.children
+
+
+async def _pause_before_effect() -> None:
+    """End the task step between a write's started marker and its effect.
+
+    The marker is saved synchronously, on the trio thread. A process frozen
+    during that save (``SIGSTOP``, a paused VM) would otherwise go straight
+    on into the write when it wakes, within the same task step, before a
+    loop instrument (a worker's stall watch, which asks whether the process
+    was declared dead meanwhile) has had a chance to look. Not a cancel
+    point: a cancel is taken at the tool's own first checkpoint, as before.
+    """
+    await trio.lowlevel.cancel_shielded_checkpoint()
 
 
 Outcome = tuple[str, bool, Exit | None] | Interruption | ToolOutcomeUnknown

@@ -280,3 +280,51 @@ def test_a_rejection_must_be_in_words():
     for silent in ("", "   "):
         with pytest.raises(ConfigError, match="rejection_text"):
             ToolPolicy(rejection_text=silent)
+
+
+class Steps(trio.abc.Instrument):
+    """Notes where the loop's task steps end, in the same log as saves and tools."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.log.append("step ends")
+
+
+class NotingStore(MemoryStore):
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+
+    def save_many(self, states: Any, events: Any = (), **fence: Any) -> None:
+        super().save_many(states, events, **fence)
+        self.log.append("saved: " + ",".join(c for s in states for c in s.started))
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+async def test_a_write_starts_in_a_task_step_of_its_own(read_only: bool) -> None:
+    """A process frozen while a write's started marker is saved must not go on into
+    the write when it wakes before the loop looked (a worker's stall watch)."""
+    log: list[str] = []
+
+    @tool(name="write", read_only=read_only)
+    def write() -> str:
+        """Write."""
+        log.append("effect")
+        return "written"
+
+    agent = Agent(name="a", model="m", tools=(write,), limits=Limits(max_turns=3))
+    runner = Runner(provider=Script(calls(("write", "{}")), DONE), store=NotingStore(log))
+    steps = Steps(log)
+    trio.lowlevel.add_instrument(steps)
+    try:
+        assert (await runner.run(agent, "go")).status is Status.COMPLETED
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+    before = log[: log.index("effect")]
+    markers = [i for i, line in enumerate(before) if line.startswith("saved: ") and line != "saved: "]
+    if read_only:  # no marker for a read: nothing to pause after
+        assert not markers
+    else:
+        assert "step ends" in before[markers[0] :], before

@@ -79,7 +79,10 @@ def run_worker(
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
                 await nursery.start(lambda task_status: worker.serve(task_status=task_status))
-                click.echo(f"worker {worker.executor_id} ready ({redacted(database)})", err=True)
+                click.echo(
+                    f"worker {worker.executor_id} ready (pid {os.getpid()}, {redacted(database)})",
+                    err=True,
+                )
                 async for signum in signals:
                     click.echo(
                         f"{signal.Signals(signum).name}: stopped; the runs in flight here "

@@ -416,6 +416,10 @@ class Worker:
         would a beat later: a tool past its sleep must not reach its effect).
         If the database cannot say, every step executing here is abandoned
         (taken up again from its saved state once the database answers)."""
+        sys.stderr.write(
+            f"worker {self.executor_id}: frozen for {seconds:.1f} s (until {time.time():.3f}); "
+            "asking whether it was declared dead meanwhile\n"
+        )
         for _ in range(3):  # a connection broken meanwhile is remade on the next try
             try:
                 alive = self._heartbeat(judge=False) is not None

@@ -29,13 +29,16 @@ from __future__ import annotations
 import os
 import random
 import signal
+import sys
 import threading
 import time
+import traceback
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from distributed_support import DEAD_AFTER_S, Workers, postgres_tool, wait_until, workers
 
@@ -47,6 +50,8 @@ from orchestra.distributed._worker import agent_of_reference
 SEED = int(os.environ.get("ORCHESTRA_CHAOS_SEED", "27"))
 TREES = 12
 SETTLE_S = 180.0
+SLOW_CANCEL_S = (2.0, 10.0)
+"""When a cancel still going is looked at (its promise is 1 s)."""
 WATCHDOG_S = 240.0
 KINDS = {
     "idempotent": "tests.distributed.agents:chaos_idempotent_tree",
@@ -69,6 +74,18 @@ class Timeline:
             spans = [piece for s, e in spans for piece in ((s, min(e, a)), (max(s, b), e))]
         return [(s, e) for s, e in spans if s < e]
 
+    def told(self, pool: Workers) -> str:
+        """Each worker's pid, freezes and death, in time.time() seconds."""
+        rows = []
+        for name, proc in pool.procs.items():
+            frozen = ", ".join(f"{a:.3f}-{b:.3f}" for a, b in self.frozen.get(proc.pid, []))
+            died = self.died.get(proc.pid)
+            rows.append(
+                f"  {name} pid {proc.pid}: frozen [{frozen}]"
+                + (f", died {died:.3f}" if died is not None else "")
+            )
+        return "\n".join(rows)
+
 
 class Chaos:
     """The workers, the cluster and the faults of one seeded run."""
@@ -79,6 +96,7 @@ class Chaos:
         self.timeline = Timeline()
         self.roots: dict[str, str] = {}
         self.cancelled: dict[str, float] = {}
+        self.slow: list[str] = []
         self.spare = len(pool.procs)
 
     def submit_tree(self) -> None:
@@ -147,12 +165,43 @@ class Chaos:
             return
         root = self.rng.choice(sorted(running))
         asked = time.monotonic()
-        states = cancel_tree(self.cluster, root, "chaos cancel", wait_s=30)
+        # a cancel slower than its promise leaves what held it in the report
+        witnesses = [
+            threading.Timer(after, self.witness, (threading.current_thread(),))
+            for after in SLOW_CANCEL_S
+        ]
+        for witness in witnesses:
+            witness.start()
+        try:
+            states = cancel_tree(self.cluster, root, "chaos cancel", wait_s=30)
+        finally:
+            for witness in witnesses:
+                witness.cancel()
         took = time.monotonic() - asked
         self.cancelled[root] = took
         assert all(s.status is not Status.RUNNING for s in states), [
             (s.run_id, s.status) for s in states
         ]
+
+    def witness(self, thread: threading.Thread) -> None:
+        """Note where a slow cancel is (the client's stack) and what the
+        database's sessions are doing."""
+        frame = sys._current_frames().get(thread.ident or 0)
+        stack = "".join(traceback.format_stack(frame)[-12:]) if frame else "(no frame)"
+        try:
+            with psycopg.connect(self.pool.url, autocommit=True, connect_timeout=5) as conn:
+                rows = conn.execute(_ACTIVITY).fetchall()
+        except psycopg.Error as exc:
+            rows = [("cannot read pg_stat_activity", str(exc))]
+        sessions = "\n".join(" | ".join(map(str, row)) for row in rows)
+        self.slow.append(f"client stack:\n{stack}\nsessions:\n{sessions}")
+
+
+_ACTIVITY = """
+    SELECT pid, application_name, state, wait_event_type, wait_event,
+           now() - xact_start AS xact_age, pg_blocking_pids(pid), left(query, 160)
+    FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
+"""
 
 
 def _kill_all(pool: Workers, fired: threading.Event) -> None:
@@ -266,7 +315,7 @@ def _summary(
         f"chaos seed {SEED}: {len(trees)} trees, {sum(map(len, trees.values()))} runs "
         f"{dict(statuses)}; journal {dict(phases)}; workers started {chaos.spare}, "
         f"killed {len(chaos.timeline.died)}, frozen {len(chaos.timeline.frozen)}, "
-        f"exited declared dead {dead}; cancels {cancels}"
+        f"exited declared dead {dead}; cancels {cancels}\n{chaos.timeline.told(chaos.pool)}"
     )
 
 
@@ -322,4 +371,4 @@ def _check(
             assert s.tree.cost_pico <= s.limits.budget_pico, (s.run_id, s.tree, s.limits)
     # every cancel within 1 s, under faults
     assert len(chaos.cancelled) >= 3, chaos.cancelled
-    assert max(chaos.cancelled.values()) <= 1.0, chaos.cancelled
+    assert max(chaos.cancelled.values()) <= 1.0, (chaos.cancelled, "\n\n".join(chaos.slow))
