@@ -24,14 +24,15 @@ DBOS is pinned (``dbos==3.4.0``); its one internal call,
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from importlib.metadata import version
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, NoReturn
+from urllib.parse import urlencode, urlsplit
 
 import trio
 
-from .._exceptions import StoreUnreachable
+from .._exceptions import StoreError, StoreUnreachable
 from ._threads import StepAbandoned, in_thread
 
 __all__ = [
@@ -57,6 +58,17 @@ WORKFLOW = "orchestra.run"
 STEP = "orchestra.step"
 QUEUE_POLL_S = 0.1
 """How often a worker looks for queued runs (DBOS's default: 1 s)."""
+
+IDLE_IN_TRANSACTION_S = 2.0
+"""PostgreSQL ends a DBOS session idle inside a transaction this long (DBOS's
+default is 60 s): a worker frozen mid-transaction (stopped, its VM paused)
+holds its workflow rows' locks no longer than this, as its store's sessions
+(``_pgstore.IDLE_IN_TRANSACTION_MS``)."""
+CLIENT_LOCK_TIMEOUT_MS = 250
+"""A client's statement waits this long for a row lock: a cancel does not wait
+on a workflow row a stalled worker holds (see :meth:`DBOSQueue.cancel`)."""
+BUSY_RETRIES = 20
+"""Tries of an enqueue whose workflow row is locked (50 ms apart) before it fails."""
 
 STEP_ATTEMPTS = 20
 """Tries of a step that met an unreachable database (0.5 s apart, growing by
@@ -93,6 +105,7 @@ def config(database: str, executor_id: str) -> dict[str, Any]:
         "executor_id": executor_id,
         "log_level": "WARNING",
         "sys_db_pool_size": 10,
+        "sys_db_idle_transaction_timeout_sec": IDLE_IN_TRANSACTION_S,
     }
 
 
@@ -198,18 +211,30 @@ class DBOSQueue:
     ) -> None:
         """``dbos_retries=False``: a lost connection is raised (as StoreUnreachable)
         rather than retried by DBOS itself, with backoff up to a minute and no
-        deadline; for a client whose callers retry within their own deadline."""
+        deadline; for a client whose callers retry within their own deadline.
+        Such a client also waits at most :data:`CLIENT_LOCK_TIMEOUT_MS` for a
+        row lock."""
         from dbos import DBOSClient
 
+        url = system_url(database)
+        if not dbos_retries:
+            url = _with_options(url, f"-c lock_timeout={CLIENT_LOCK_TIMEOUT_MS}")
         self._client = DBOSClient(
-            system_database_url=system_url(database),
+            system_database_url=url,
             application_name=APP_NAME,
             retry_connection_errors=dbos_retries,
+            sys_db_idle_transaction_timeout_sec=IDLE_IN_TRANSACTION_S,
         )
         self._attempts = attempts
 
     def enqueue_now(self, run_id: str) -> str:
-        """Queue ``run_id``'s current attempt (blocking); its workflow id."""
+        """Queue ``run_id``'s current attempt (blocking); its workflow id.
+
+        Raises:
+            StoreUnreachable: the database could not be reached.
+            StoreError: the workflow's row stayed locked (a worker stalled
+                while holding it) through :data:`BUSY_RETRIES` tries.
+        """
         wid = workflow_id(run_id, self._attempts(run_id))
         options: Any = {
             "workflow_name": WORKFLOW,
@@ -217,13 +242,15 @@ class DBOSQueue:
             "workflow_id": wid,
             "app_version": APP_VERSION,
         }
-        try:
-            self._client.enqueue(options, run_id)
-        except Exception as exc:  # DBOS's own database errors, mapped at this boundary
-            if _is_connection_error(exc):
-                raise StoreUnreachable(f"cannot queue {run_id}: {exc}") from exc
-            raise
-        return wid
+        for _ in range(BUSY_RETRIES):
+            try:
+                self._client.enqueue(options, run_id)
+                return wid
+            except Exception as exc:  # DBOS's own database errors, mapped at this boundary
+                if not _locked(exc):
+                    _raise_mapped(exc, f"cannot queue {run_id}")
+            time.sleep(0.05)
+        raise StoreError(f"cannot queue {run_id}: its workflow stayed locked by a stalled worker")
 
     async def enqueue(self, run_id: str) -> None:
         """Queue ``run_id``'s current attempt (a no-op if it is queued or ran already)."""
@@ -237,24 +264,47 @@ class DBOSQueue:
                 workflow_ids=workflow_ids, load_input=False, load_output=False
             )
         except Exception as exc:  # DBOS's own database errors, mapped at this boundary
-            if _is_connection_error(exc):
-                raise StoreUnreachable(f"cannot read workflows: {exc}") from exc
-            raise
+            _raise_mapped(exc, "cannot read workflows")
         return {w.workflow_id for w in found if w.status in _LIVE}
 
     def cancel(self, workflow_ids: list[str]) -> None:
-        """Take workflows off the queue (blocking; those running end at their next step)."""
+        """Take workflows off the queue (blocking; those running end at their next step).
+
+        Best effort for a workflow whose row is locked (its worker is inside a
+        DBOS transaction, or stalled there): it is left as it is, and ends at
+        its next step, which finds its run stopped.
+        """
         for wid in workflow_ids:
             try:
                 self._client.cancel_workflow(wid)
             except Exception as exc:  # DBOS's own database errors, mapped at this boundary
-                if _is_connection_error(exc):
-                    raise StoreUnreachable(f"cannot cancel workflow {wid}: {exc}") from exc
-                raise
+                if not _locked(exc):
+                    _raise_mapped(exc, f"cannot cancel workflow {wid}")
 
     def close(self) -> None:
         """Close the client's connections."""
         self._client.destroy()
+
+
+def _with_options(url: str, option: str) -> str:
+    """``url`` with a libpq ``options`` setting added."""
+    parts = urlsplit(url)
+    query = "&".join(q for q in (parts.query, urlencode({"options": option})) if q)
+    return parts._replace(query=query).geturl()
+
+
+def _raise_mapped(exc: Exception, doing: str) -> NoReturn:
+    """Raise ``exc`` as StoreUnreachable if the database could not be reached, else as is."""
+    if _is_connection_error(exc):
+        raise StoreUnreachable(f"{doing}: {exc}") from exc
+    raise exc
+
+
+def _locked(exc: BaseException) -> bool:
+    """Whether DBOS failed because a row lock was not granted in time."""
+    import psycopg
+
+    return isinstance(getattr(exc, "orig", exc), psycopg.errors.LockNotAvailable)
 
 
 _LIVE = frozenset({"PENDING", "ENQUEUED", "DELAYED"})

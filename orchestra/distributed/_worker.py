@@ -353,11 +353,7 @@ class Worker:
         provider = self._providers.get(base_url)
         if provider is None:
             url = base_url or self._scripted_url
-            # Whole replies, not streams, on workers for now: with streaming on, the chaos
-            # test saw one call executed by two workers at once (a worker woken after its
-            # death had started it 14 ms before its successor): 2 runs in 5 on 30efa79^,
-            # and once in CI on 739e2b1 after 23 passing runs here.
-            provider = OpenAIProvider(base_url=url, api_key=api_key or DEMO_API_KEY, stream=False)
+            provider = OpenAIProvider(base_url=url, api_key=api_key or DEMO_API_KEY)
             self._providers[base_url] = provider
         return provider
 
