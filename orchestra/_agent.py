@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 
 from ._exceptions import ConfigError, PermanentToolError
+from ._output import OUTPUT_TOOL, OutputSpec, output_spec, output_tool
 from ._state import Limits, RunState
 from ._tools import DEFAULT_RESULT_BYTES, MIN_RESULT_BYTES, Tool, ToolContext, check_timeout
 
@@ -112,6 +113,17 @@ class Agent:
     budget_note: bool = False
     """Each request ends with a system note of what the run has left (turns,
     budget, tokens, time), for the model to plan by; in the request only."""
+    output_type: object = None
+    """The answer's shape: a JSON schema (a dict), an attrs class or a TypedDict
+    (see :mod:`orchestra._output`); None: prose."""
+    output_via: str = "response_format"
+    """How the shape reaches the model: ``"response_format"`` (json_schema) or
+    ``"tool"`` (a final-answer tool, for endpoints without response_format)."""
+    output_retries: int = 2
+    """Answers that do not fit sent back to the model to fix, before the run fails."""
+    output: OutputSpec | None = attrs.field(init=False, default=None, eq=False, repr=False)
+    """The spec derived from ``output_type``."""
+    _output_tool: Tool | None = attrs.field(init=False, default=None, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if self.no_progress_after is not None and self.no_progress_after < 2:
@@ -121,14 +133,27 @@ class Agent:
             raise ConfigError(f"agent {self.name}: duplicate tool names in {names}")
         if self.max_tokens < 1:
             raise ConfigError(f"agent {self.name}: max_tokens must be >= 1")
+        if self.output_retries < 0:
+            raise ConfigError(f"agent {self.name}: output_retries must be >= 0")
+        if self.output_type is not None:
+            spec = output_spec(self.output_type, self.output_via)
+            object.__setattr__(self, "output", spec)
+            if spec.via == "tool":
+                if OUTPUT_TOOL in names:
+                    raise ConfigError(f"agent {self.name}: a tool is named {OUTPUT_TOOL}")
+                object.__setattr__(self, "_output_tool", output_tool(spec))
 
     def tool(self, name: str) -> Tool | None:
-        """The tool called ``name``, if the agent has it."""
-        return next((t for t in self.tools if t.name == name), None)
+        """The tool called ``name``, if the agent has it (its output tool included)."""
+        return next((t for t in self._offered() if t.name == name), None)
 
     def tool_specs(self) -> list[dict[str, Any]]:
-        """The tools as declared in a request."""
-        return [t.spec() for t in self.tools]
+        """The tools as declared in a request (its output tool last)."""
+        return [t.spec() for t in self._offered()]
+
+    def _offered(self) -> tuple[Tool, ...]:
+        extra = self._output_tool
+        return self.tools if extra is None else (*self.tools, extra)
 
     def as_tool(
         self,
@@ -144,13 +169,14 @@ class Agent:
         saying why it stopped, is the tool result.
         """
         child_limits = limits or self.limits
+        says = f" It answers with JSON fitting: {self.output.describe()}" if self.output else ""
 
         async def run_agent(question: str, ctx: ToolContext) -> str:
             return await ctx.run_child(self, question, limits=child_limits)
 
         return Tool(
             name=name or self.name,
-            description=description or f"Ask the {self.name} agent a question.",
+            description=(description or f"Ask the {self.name} agent a question.") + says,
             parameters={
                 "type": "object",
                 "properties": {"question": {"type": "string", "description": "What to find out."}},

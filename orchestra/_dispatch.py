@@ -26,7 +26,9 @@ from typing import Any
 import attrs
 import trio
 
+from ._answers import ANSWERED
 from ._exceptions import ToolOutcomeUnknown
+from ._output import OUTPUT_TAKEN, FinalOutput
 from ._redact import redact
 from ._run import ChildWaiting, Exit, LiveRun
 from ._state import Interruption, InterruptionKind, RunState, Status, Usage
@@ -428,6 +430,9 @@ async def _outcome(run: LiveRun, call: Call, ctx: ToolContext) -> Outcome:
     """Run the tool; a failure becomes data (``trio.Cancelled`` is not an Exception)."""
     try:
         return await call.tool.run(call.arguments, ctx), True, None
+    except FinalOutput as given:  # the output tool, called with arguments that fit
+        run.state.output = given.value
+        return OUTPUT_TAKEN, True, Exit(status=Status.COMPLETED, reason=ANSWERED)
     except ChildWaiting as waiting:
         return waiting.interruption
     except ToolOutcomeUnknown as exc:

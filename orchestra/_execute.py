@@ -129,8 +129,11 @@ def _tree_usage(runner: Host, state: RunState) -> Usage:
 
 
 def result_of(run: LiveRun) -> RunResult:
-    """The result tree of a live run."""
-    return RunResult(state=run.state, children=tuple(result_of(c) for c in run.children))
+    """The result tree of a live run (its output built into the agent's output class)."""
+    spec, value = run.agent.output, run.state.output
+    output = spec.build(value) if spec is not None and value is not None else value
+    children = tuple(result_of(c) for c in run.children)
+    return RunResult(state=run.state, children=children, output=output)
 
 
 class Children(Protocol):

@@ -26,6 +26,7 @@ from ._model.margin import Margin
 from ._model.provider import ChatReply, ChatRequest, fresh_id
 from ._model.retry import complete_with_retries
 from ._money import to_usd
+from ._output import correction, is_correction
 from ._run import Exit, LiveRun
 from ._state import Interruption, InterruptionKind, RunState, Status, Usage
 from ._stops import check_stops
@@ -80,13 +81,15 @@ async def model_step(run: LiveRun) -> None:
     if wind_down.wound(run):
         await _final_step(run, wind_down.pending(run), margin)
         return
+    output = run.agent.output
     request = ChatRequest(
         model=run.state.model,
         messages=_with_budget_note(run),
         tools=run.agent.tool_specs(),
         tool_choice=_tool_choice(run),
+        response_format=None if output is None else output.response_format(),
     )
-    prompt_tokens = run.counter.count(request.messages, request.tools)
+    prompt_tokens = run.counter.count(request.messages, request.declarations())
     gate = await _decided(run, partial(_gate, run, prompt_tokens, len(request.messages), margin))
     if isinstance(gate, wind_down.WindDown):
         await _final_step(run, gate, margin)
@@ -372,12 +375,37 @@ def record_reply(run: LiveRun, reply: ChatReply, usage: Usage, grant: Grant) -> 
         run.emit("look_first", turn=state.turns, message=LOOK_NOTE["content"])
         run.checkpoint()
     elif reply.finish_reason != "length" and not reply.tool_calls:
-        names = frozenset(t.name for t in run.agent.tools)
-        run.finish(answer_exit(state.messages[:before], _text(reply.message), names))
+        if _fits(run, _text(reply.message)):
+            names = frozenset(t.name for t in run.agent.tools)
+            run.finish(answer_exit(state.messages[:before], _text(reply.message), names))
     else:
         run.checkpoint()
         if reply.finish_reason == "length":
             _cut_reply(run, reply, grant)
+
+
+def _fits(run: LiveRun, text: str) -> bool:
+    """Whether the answer ``text`` is one the run can end with: prose when the
+    agent declares no output type; else JSON that fits it (kept as the run's
+    output). One that does not fit is sent back to the model, saying why, at
+    most ``output_retries`` times; then the run fails."""
+    spec = run.agent.output
+    if spec is None:
+        return True
+    checked = spec.check_text(text) if spec.via == "response_format" else spec.in_prose()
+    if checked.error is None:
+        run.state.output = checked.value
+        return True
+    sent = sum(1 for m in run.state.messages if is_correction(m))
+    if sent >= run.agent.output_retries:
+        why = f"the answer did not fit the required output ({checked.error})"
+        run.finish(Exit(status=Status.FAILED, reason=f"{why}, after {sent} correction(s)"))
+        return False
+    note = correction(spec, checked.error)
+    run.state.messages.append(note)
+    run.emit("output_invalid", turn=run.state.turns, message=note["content"])
+    run.checkpoint()
+    return False
 
 
 def _text(message: dict[str, Any]) -> str:

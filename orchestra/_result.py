@@ -24,6 +24,9 @@ class RunResult:
 
     state: RunState
     children: tuple[RunResult, ...] = ()
+    output: Any = None
+    """The structured answer (see :mod:`orchestra._output`): an instance of the
+    agent's output class if it gave one, else the JSON value; None without."""
 
     @property
     def status(self) -> Status:
@@ -90,6 +93,7 @@ class RunResult:
             "tokens_left": _left(s.limits.max_tokens_total, s.tree.tokens),
             "answer": self.answer,
             "answer_partial": s.answer_partial,
+            "output": s.output,
             "children": [c.summary() for c in self.ordered_children()],
         }
 

@@ -12,6 +12,7 @@ Schema versions (one line each; a stored fixture per version lives in tests):
 from __future__ import annotations
 
 import enum
+import json
 import time
 from typing import Any
 
@@ -302,6 +303,9 @@ class RunState:
     """The application's own notes (e.g. how to rebuild the agent in another process)."""
     answer_partial: bool = False
     """The run stopped at a limit with a final answer from what it had (a wind-down)."""
+    output: Any = None
+    """The answer as a JSON value, when the agent declares an output type (see
+    :mod:`orchestra._output`); None otherwise."""
 
     @property
     def turns(self) -> int:
@@ -313,6 +317,8 @@ class RunState:
         """The final prose answer, if the run completed with one or wound down to
         one at a limit (then :attr:`answer_partial`)."""
         done = self.status is Status.COMPLETED or self.answer_partial
+        if done and self.output is not None:  # a structured answer: its JSON
+            return json.dumps(self.output, ensure_ascii=False, separators=(",", ":"))
         if not done or not self.messages:
             return None
         last = self.messages[-1]

@@ -25,16 +25,16 @@ import inspect
 import itertools
 import json
 import re
-import types
 import typing
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 import trio
 
 from ._exceptions import ConfigError
+from ._schema import schema_of
 
 if typing.TYPE_CHECKING:
     import jsonschema
@@ -357,30 +357,6 @@ def _describe(error: jsonschema.ValidationError) -> str:
 
 # -- deriving a schema from a typed function ---------------------------------
 
-_SCALARS: dict[Any, dict[str, Any]] = {
-    str: {"type": "string"},
-    int: {"type": "integer"},
-    float: {"type": "number"},
-    bool: {"type": "boolean"},
-}
-
-
-def _schema_for(annotation: Any) -> dict[str, Any]:
-    if annotation in _SCALARS:
-        return dict(_SCALARS[annotation])
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin is Literal:
-        return {"enum": list(args)}
-    if origin in (list, tuple) and args:
-        return {"type": "array", "items": _schema_for(args[0])}
-    if origin in (dict, Mapping):
-        return {"type": "object"}
-    if origin in (typing.Union, types.UnionType):
-        members = [a for a in args if a is not type(None)]
-        schema = _schema_for(members[0]) if len(members) == 1 else {}
-        return {"anyOf": [schema, {"type": "null"}]} if len(members) < len(args) else schema
-    raise ConfigError(f"cannot derive a JSON schema for annotation {annotation!r}")
-
 
 def _arg_docs(doc: str) -> dict[str, str]:
     found: dict[str, str] = {}
@@ -405,7 +381,7 @@ def schema_from_function(fn: ToolFunction) -> tuple[dict[str, Any], bool]:
         if name == "ctx" or hints.get(name) is ToolContext:
             takes_context = True
             continue
-        prop = _schema_for(hints.get(name, str))
+        prop = schema_of(hints.get(name, str))
         if name in docs:
             prop["description"] = docs[name]
         if param.default is inspect.Parameter.empty:

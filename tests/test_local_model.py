@@ -238,3 +238,28 @@ def test_a_root_on_the_local_model_delegates_within_every_budget_and_answers_rig
     said = out.stdout + out.stderr[-2000:]
     assert verdict == "OK: delegated, within budgets, answered right", said
     assert out.returncode == 0
+
+
+async def test_a_structured_answer_fits_its_schema_through_response_format(
+    provider: OpenAIProvider,
+) -> None:
+    """llama.cpp decodes under the response_format's schema: the answer fits it the
+    first time and is built into the class (the values are the model's)."""
+    from orchestra._recipes.demo import Incident
+
+    line = "2026-11-30T04:12:09Z ERROR worker 7 timed out after 30000 ms"
+    extractor = Agent(
+        name="extractor",
+        model=MODEL,
+        instructions="Answer with the facts the user's log line states, as JSON.",
+        output_type=Incident,
+        limits=Limits(max_turns=3),
+        max_tokens=128,
+    )
+    result = await Runner(provider=provider, prices=PRICES).run(
+        extractor, f"Which worker timed out, after how many ms? The log says: {line}"
+    )
+    assert result.status is Status.COMPLETED, result.state.reason
+    assert isinstance(result.output, Incident)
+    assert isinstance(result.output.worker, int) and isinstance(result.output.timeout_ms, int)
+    assert result.state.turns == 1  # no correction was needed

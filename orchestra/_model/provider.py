@@ -45,6 +45,7 @@ from .._exceptions import (
 from .._redact import excerpt, redact, register
 from .recover import cut_call, declared_names, recover_tool_calls
 from .stream import Assembly, Listener, is_event_stream
+from .tokens import declarations
 
 if TYPE_CHECKING:  # imported by the client that uses it: `orchestra show` needs none
     import httpx
@@ -75,6 +76,8 @@ class ChatRequest:
     max_tokens: int | None = None
     tool_choice: str | None = None
     """``"required"``, ``"auto"`` or ``"none"`` (sent only with tools); None: not sent."""
+    response_format: Mapping[str, Any] | None = None
+    """The answer's required shape (``{"type": "json_schema", ...}``); None: not sent."""
     listener: Listener | None = attrs.field(default=None, eq=False, repr=False)
     """Told each piece of a streamed reply as it arrives (see :mod:`.stream`)."""
 
@@ -91,7 +94,14 @@ class ChatRequest:
                 body["tool_choice"] = self.tool_choice
         if self.max_tokens is not None:
             body[cap] = self.max_tokens
+        if self.response_format is not None:
+            body["response_format"] = dict(self.response_format)
         return body
+
+    def declarations(self) -> list[Mapping[str, Any]]:
+        """What the prompt declares besides its messages, as counted: the tools,
+        and the response format (a schema the server adds to the prompt)."""
+        return declarations(self.tools, self.response_format)
 
 
 def sendable(message: Mapping[str, Any]) -> Mapping[str, Any]:

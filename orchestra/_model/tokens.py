@@ -43,6 +43,7 @@ __all__ = [
     "count_prompt",
     "count_text",
     "count_tool_call",
+    "declarations",
     "encoding",
 ]
 
@@ -171,6 +172,14 @@ def count_tools(tools: Sequence[Mapping[str, Any]] | None) -> int:
 _count_declarations = functools.lru_cache(maxsize=256)(_tokens_of)
 """Tokens of a declaration text (an agent's tools: the same text for each of its runs,
 however long)."""
+
+
+def declarations(
+    tools: Sequence[Mapping[str, Any]] | None, response_format: Mapping[str, Any] | None
+) -> list[Mapping[str, Any]]:
+    """What a prompt declares besides its messages, counted as one text: the
+    tools, then the response format if any (its schema is part of the prompt)."""
+    return [*(tools or ()), *((response_format,) if response_format else ())]
 
 
 def count_prompt(

@@ -14,13 +14,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
+
 from .._agent import Agent, ToolPolicy
 from .._exceptions import ConfigError
 from .._scripted.tools import demo_tools
 from .._state import Limits
 from .._tools import Tool
 
-__all__ = ["RESEARCH_SCENARIOS", "SCENARIOS", "demo_agent", "parse_scenario"]
+__all__ = [
+    "EXTRACT_SCENARIOS",
+    "RESEARCH_SCENARIOS",
+    "SCENARIOS",
+    "Incident",
+    "demo_agent",
+    "parse_scenario",
+]
 
 SIMPLE_SCENARIOS = (
     "plan",
@@ -34,7 +43,8 @@ SIMPLE_SCENARIOS = (
     "slow",
 )
 RESEARCH_SCENARIOS = ("research", "research_runaway", "deep", "slow_tree")
-SCENARIOS = SIMPLE_SCENARIOS + RESEARCH_SCENARIOS
+EXTRACT_SCENARIOS = ("extract", "extract_invalid_once", "extract_never_valid")
+SCENARIOS = SIMPLE_SCENARIOS + RESEARCH_SCENARIOS + EXTRACT_SCENARIOS
 
 INSTRUCTIONS = (
     "You are an operations assistant. Use the tools to inspect the working directory "
@@ -47,6 +57,7 @@ FAN_OUT_MAX_TOKENS = 8192
 
 TASKS = {
     "plan": "Why did the nightly job fail?",
+    "extract": "Which worker timed out, after how many ms, and which log line says so?",
     "slow": "Search the archive for timeouts.",
     "destructive": "The disk is full; free some space.",
     "slow_tree": "Scan the archives, children=3.",
@@ -120,7 +131,17 @@ def demo_agent(
         limits=limits,
         policy=policy,
         max_tokens=FAN_OUT_MAX_TOKENS if base == "slow_tree" else 1024,
+        output_type=Incident if base in EXTRACT_SCENARIOS else None,
     )
+
+
+@attrs.frozen(kw_only=True)
+class Incident:
+    """What went wrong, as the ``extract`` scenarios answer it (their output type)."""
+
+    worker: int
+    timeout_ms: int
+    evidence: str
 
 
 def demo_task(scenario: str, children: int | None = None) -> str:
@@ -128,4 +149,4 @@ def demo_task(scenario: str, children: int | None = None) -> str:
     base = scenario.partition("@")[0].split("+")[0]
     if base == "slow_tree" and children is not None:
         return f"Scan the archives, children={children}."
-    return TASKS.get(base, DEFAULT_TASK)
+    return TASKS.get(base.split("_")[0] if base in EXTRACT_SCENARIOS else base, DEFAULT_TASK)

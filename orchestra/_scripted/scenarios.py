@@ -22,7 +22,9 @@ from typing import Any, Final, TypeAlias
 
 import attrs
 
-from .._model.tokens import count_completion, count_prompt, count_text, encoding
+from .._model.tokens import count_completion, count_prompt, count_text, declarations, encoding
+from .extract import fill, spoil
+from .request import Request, ScriptError, error_body, invalid, parse
 
 __all__ = [
     "CHUNK_HEADER",
@@ -78,28 +80,6 @@ MAX_DEPTH: Final = 3
 MAX_CHILDREN: Final = 100
 
 
-class ScriptError(Exception):
-    """A request the scripted provider refuses, with its HTTP status and error code."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-
-    def body(self) -> dict[str, Any]:
-        """The OpenAI-shaped error object sent back for this error."""
-        return _error_body(self.message, self.code)
-
-
-def _error_body(message: str, code: str, kind: str = "invalid_request_error") -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "code": code}}
-
-
-def _invalid(code: str, message: str) -> ScriptError:
-    return ScriptError(400, code, message)
-
-
 # -- the conversation, as scripts see it --------------------------------------------------
 
 
@@ -122,6 +102,20 @@ class Conversation:
     """A read-only view of a request's messages, with the few facts scripts need."""
 
     messages: tuple[Mapping[str, Any], ...] = attrs.field(converter=_as_tuple)
+    schema: Mapping[str, Any] | None = None
+    """The JSON schema the request's ``response_format`` asks the answer to fit."""
+    tools: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=_as_tuple)
+    """The tools the request declares."""
+
+    def parameters(self, name: str) -> Mapping[str, Any] | None:
+        """The parameters schema of the declared tool ``name`` (None if not declared)."""
+        functions = (t.get("function") or {} for t in self.tools)
+        return next((f.get("parameters") for f in functions if f.get("name") == name), None)
+
+    @property
+    def corrected(self) -> bool:
+        """A user message came after the first: the script was told to fix something."""
+        return sum(1 for m in self.messages if m.get("role") == "user") > 1
 
     @property
     def turn(self) -> int:
@@ -377,6 +371,47 @@ MAX_TREE_CHILDREN: Final = 10_000
 """The most children one run of the ``tree`` scenario asks for."""
 
 
+@_scenario(
+    "extract",
+    "read errors.log, then answer in the shape asked (response_format, or a final_answer tool)",
+)
+def _extract(c: Conversation) -> Step:
+    return _extracted(c, fits=True)
+
+
+@_scenario(
+    "extract_invalid_once", "as extract; the first answer does not fit, the corrected one does"
+)
+def _extract_invalid_once(c: Conversation) -> Step:
+    return _extracted(c, fits=c.corrected)
+
+
+@_scenario("extract_never_valid", "as extract; no answer ever fits (prose, then a field missing)")
+def _extract_never_valid(c: Conversation) -> Step:
+    if c.corrected and c.turn % 2 == 0:
+        return "Here is what I found: " + c.last_tool.strip()
+    return _extracted(c, fits=False)
+
+
+def _extracted(c: Conversation, fits: bool) -> Step:
+    """Read errors.log first (if the request offers read_file), then answer from it:
+    as JSON text with a response format, else by calling final_answer."""
+    if not c.tool_messages and c.parameters("read_file") is not None:
+        return _READ_ERRORS
+    schema = c.schema or c.parameters("final_answer") or {"type": "object"}
+    value = fill(schema, c.last_tool or c.question)
+    value = value if fits else spoil(value, schema)
+    if c.schema is None and c.parameters("final_answer") is not None:
+        return (
+            (
+                _call("final_answer", **value)
+                if isinstance(value, dict)
+                else _call("final_answer", value=value)
+            ),
+        )
+    return _compact(value)
+
+
 @_scenario("tree", "a tree of any shape: [tree AxB] asks A children [tree B]; leaves answer")
 def _tree(c: Conversation) -> Step:
     """``[tree 10x10x10]``: 10 ``research`` children (at most :data:`TREE_BATCH` per
@@ -441,40 +476,35 @@ def _gist(name: str, content: str) -> str:
 
 # -- requests and replies --------------------------------------------------------------------
 
-_ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool"})
-
-
-@attrs.frozen
-class _Request:
-    model: str
-    messages: tuple[Mapping[str, Any], ...]
-    tools: list[Any] | None
-    limit: int | None
-    legacy_cap: bool = False
-    """The request capped the reply with ``max_tokens`` (not ``max_completion_tokens``)."""
-
 
 def reply(request: Mapping[str, Any]) -> dict[str, Any]:
     """The full ``chat.completion`` response to a decoded request body.
 
     Raises :class:`ScriptError` for a request the provider refuses.
     """
-    req = _parse(request)
+    req = parse(request, SCENARIOS)
     scenario = SCENARIOS[req.model]
     if scenario.reasoning:
         return _reasoned(req, scenario)
-    if _last_call(req):
-        scripted = final_answer(req.messages)
-    else:
-        scripted = scenario(Conversation(req.messages))
+    scripted = final_answer(req.messages) if _last_call(req) else scenario(_conversation(req))
     message, finish = _clip_message(scripted, req.limit)
-    prompt, completion = count_prompt(req.messages, req.tools), count_completion(message)
+    prompt, completion = _prompt(req), count_completion(message)
     return _completion(
         req, message, finish, {"prompt_tokens": prompt, "completion_tokens": completion}
     )
 
 
-def _last_call(req: _Request) -> bool:
+def _conversation(req: Request) -> Conversation:
+    return Conversation(req.messages, req.schema, tuple(req.tools or ()))
+
+
+def _prompt(req: Request, messages: Sequence[Mapping[str, Any]] | None = None) -> int:
+    """Prompt tokens: the messages, the tools and the response format, as our client counts."""
+    extra = declarations(req.tools, req.response_format)
+    return count_prompt(req.messages if messages is None else messages, extra)
+
+
+def _last_call(req: Request) -> bool:
     """A wind-down's last call: no tools offered, a system note last, after tool
     results (the script's own turns never look like that)."""
     messages = req.messages
@@ -503,7 +533,7 @@ def final_answer(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _completion(
-    req: _Request, message: dict[str, Any], finish: str, usage: dict[str, Any]
+    req: Request, message: dict[str, Any], finish: str, usage: dict[str, Any]
 ) -> dict[str, Any]:
     total = usage["prompt_tokens"] + usage["completion_tokens"]
     return {
@@ -516,12 +546,12 @@ def _completion(
     }
 
 
-def _reasoned(req: _Request, scenario: Scenario) -> dict[str, Any]:
+def _reasoned(req: Request, scenario: Scenario) -> dict[str, Any]:
     """A reasoning model's reply: it thinks first, within ``max_completion_tokens``
     (thinking that fills the cap leaves an empty answer, cut at ``length``), and
     reads the prompt it saw before (all but the last message) from its cache."""
     if req.legacy_cap:
-        raise _invalid(
+        raise invalid(
             "unsupported_parameter",
             "Unsupported parameter: 'max_tokens' is not supported with this model. "
             "Use 'max_completion_tokens' instead.",
@@ -531,9 +561,9 @@ def _reasoned(req: _Request, scenario: Scenario) -> dict[str, Any]:
     if visible is not None and visible < 1:
         message, finish = {"role": "assistant", "content": ""}, "length"
     else:
-        message, finish = _clip_message(scenario(Conversation(req.messages)), visible)
-    prompt = count_prompt(req.messages, req.tools)
-    seen = count_prompt(req.messages[:-1], req.tools) if len(req.messages) > 1 else 0
+        message, finish = _clip_message(scenario(_conversation(req)), visible)
+    prompt = _prompt(req)
+    seen = _prompt(req, req.messages[:-1]) if len(req.messages) > 1 else 0
     usage = {
         "prompt_tokens": prompt,
         "completion_tokens": thinking + count_completion(message) * (message["content"] != ""),
@@ -543,63 +573,7 @@ def _reasoned(req: _Request, scenario: Scenario) -> dict[str, Any]:
     return _completion(req, message, finish, usage)
 
 
-def _parse(request: object) -> _Request:
-    if not isinstance(request, Mapping):
-        raise _invalid("invalid_request", "the request body must be a JSON object")
-    if not isinstance(request.get("stream", False), bool):
-        raise _invalid("invalid_stream", "'stream' must be a boolean")
-    model, messages = request.get("model"), _messages(request.get("messages"))
-    tools, limit = _tools(request.get("tools")), _limit(request)
-    if not isinstance(model, str):
-        raise _invalid("missing_model", "'model' must be a string naming a scenario")
-    if model not in SCENARIOS:
-        raise ScriptError(404, "model_not_found", f"The model `{model}` does not exist.")
-    return _Request(model, messages, tools, limit, request.get("max_tokens") is not None)
-
-
-def _messages(value: object) -> tuple[Mapping[str, Any], ...]:
-    if not isinstance(value, list) or not value:
-        raise _invalid("invalid_messages", "'messages' must be a non-empty array")
-    for i, message in enumerate(value):
-        _check_message(i, message)
-    return tuple(value)
-
-
-def _check_message(i: int, message: object) -> None:
-    if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
-        raise _invalid("invalid_messages", f"messages[{i}] must be an object with a 'role'")
-    if message["role"] not in _ROLES:
-        raise _invalid("invalid_messages", f"messages[{i}].role must be one of {sorted(_ROLES)}")
-    if not isinstance(message.get("content"), str | list | None):
-        raise _invalid("invalid_messages", f"messages[{i}].content must be a string or array")
-    if not _valid_calls(message.get("tool_calls")):
-        raise _invalid("invalid_messages", f"messages[{i}].tool_calls is malformed")
-
-
-def _valid_calls(calls: object) -> bool:
-    if calls is None:
-        return True
-    return isinstance(calls, list) and all(
-        isinstance(c, Mapping) and isinstance(c.get("function"), Mapping) for c in calls
-    )
-
-
-def _tools(value: object) -> list[Any] | None:
-    if value is not None and not isinstance(value, list):
-        raise _invalid("invalid_tools", "'tools' must be an array")
-    return value
-
-
-def _limit(request: Mapping[str, Any]) -> int | None:
-    keys = ("max_completion_tokens", "max_tokens")
-    limits = [request[k] for k in keys if request.get(k) is not None]
-    for value in limits:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise _invalid("invalid_max_tokens", "max_tokens must be an integer of at least 1")
-    return min(limits, default=None)
-
-
-def _digest(req: _Request) -> str:
+def _digest(req: Request) -> str:
     canonical = json.dumps(attrs.asdict(req), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("ascii")).hexdigest()[:24]
 
@@ -689,10 +663,10 @@ def answer(
     path = target.split("?", 1)[0]
     route = _ROUTES.get(path)
     if route is None:
-        return Answer(404, _error_body(f"Invalid URL ({method} {path})", "unknown_url"))
+        return Answer(404, error_body(f"Invalid URL ({method} {path})", "unknown_url"))
     allowed, handler = route
     if method.upper() != allowed:
-        body_ = _error_body(f"Method {method} not allowed for {path}", "method_not_allowed")
+        body_ = error_body(f"Method {method} not allowed for {path}", "method_not_allowed")
         return Answer(405, body_, headers=(("allow", allowed),))
     return handler(body, latency, latency_ms)
 
@@ -708,7 +682,7 @@ def _chat(body: bytes, latency: float, latency_ms: str | None) -> Answer:
     except ScriptError as exc:
         return Answer(exc.status, exc.body(), delay)
     except RecursionError:
-        return Answer(400, _error_body("the request is nested too deeply", "invalid_json"), delay)
+        return Answer(400, error_body("the request is nested too deeply", "invalid_json"), delay)
 
 
 def _delay(latency: float, latency_ms: str | None) -> float:
@@ -719,7 +693,7 @@ def _delay(latency: float, latency_ms: str | None) -> float:
     except ValueError:
         delay = -1.0
     if not 0 <= delay < float("inf"):
-        raise _invalid("invalid_latency", f"{LATENCY_HEADER} must be a number >= 0")
+        raise invalid("invalid_latency", f"{LATENCY_HEADER} must be a number >= 0")
     return delay
 
 
@@ -746,7 +720,7 @@ def _decode(body: bytes) -> Any:
     try:
         return json.loads(body)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
-        raise _invalid("invalid_json", f"the request body is not valid JSON: {exc}") from None
+        raise invalid("invalid_json", f"the request body is not valid JSON: {exc}") from None
 
 
 def _health(body: bytes, latency: float, latency_ms: str | None) -> Answer:

@@ -63,6 +63,7 @@ def head_json(state: RunState) -> str:
         "trace_context": s.trace_context,
         "metadata": s.metadata,
         "answer_partial": s.answer_partial,
+        "output": s.output,
     }
     return _text(orjson.dumps(document))
 

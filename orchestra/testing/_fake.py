@@ -41,7 +41,7 @@ class FakeProvider:
         return ChatReply(
             message=message,
             finish_reason="stop",
-            prompt_tokens=count_prompt(request.messages, request.tools),
+            prompt_tokens=count_prompt(request.messages, request.declarations()),
             completion_tokens=count_completion(message),
         )
 

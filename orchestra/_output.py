@@ -1,0 +1,245 @@
+"""Structured output: a run's answer in a declared shape.
+
+``Agent(output_type=...)`` takes a JSON schema (a mapping), an attrs class or
+a TypedDict; from a class the schema is derived (:func:`schema_of`). The
+shape reaches the model one of two ways (``Agent(output_via=...)``):
+
+- ``"response_format"`` (the default): each request carries
+  ``response_format: {"type": "json_schema", ...}`` (``strict`` when the
+  schema allows it: every property required, no others). Servers that
+  support it (OpenAI, llama.cpp) make the reply fit; the answer is the
+  reply's text.
+- ``"tool"``: for endpoints without ``response_format``, a tool
+  (:data:`OUTPUT_TOOL`) whose parameters are the schema; the run answers by
+  calling it, and its arguments are checked as any call's.
+
+Either way the answer is parsed and validated (jsonschema); one that does
+not fit goes back to the model as a user message saying what is wrong, for
+it to fix within the run's limits, at most ``Agent.output_retries`` times
+before the run fails. The value is kept in ``RunState.output`` (plain JSON);
+``RunResult.output`` holds it built into the class given, if one was.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, is_typeddict
+
+import attrs
+import cattrs
+import jsonschema
+
+from ._exceptions import ConfigError
+from ._schema import schema_of
+from ._tools import Tool
+
+__all__ = [
+    "OUTPUT_TAKEN",
+    "OUTPUT_TOOL",
+    "Checked",
+    "FinalOutput",
+    "OutputSpec",
+    "correction",
+    "is_correction",
+    "output_spec",
+    "output_tool",
+]
+
+OUTPUT_TOOL = "final_answer"
+"""The tool a run answers through when its output goes ``via="tool"``."""
+OUTPUT_TAKEN = "Taken as the final answer."
+"""The output tool's result, once its arguments fit."""
+ERRORS_SHOWN = 3
+"""Most schema errors one correction lists."""
+_CORRECTION = "Your answer does not fit the required output"
+_NAME = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+Via = Literal["response_format", "tool"]
+"""How an output type reaches the model."""
+
+
+@attrs.frozen(kw_only=True)
+class Checked:
+    """An answer checked against the output schema: its value, or what is wrong."""
+
+    value: Any = None
+    error: str | None = None
+
+
+class FinalOutput(Exception):
+    """Raised by the output tool with a value that fits: the run's answer."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__("the run's output")
+        self.value = value
+
+
+@attrs.frozen(kw_only=True)
+class OutputSpec:
+    """The declared shape of an agent's answer and how to build its value."""
+
+    name: str
+    schema: Mapping[str, Any]
+    strict: bool
+    via: Via = "response_format"
+    build: Callable[[Any], Any] = attrs.field(default=lambda value: value, eq=False, repr=False)
+
+    def response_format(self) -> dict[str, Any] | None:
+        """The request's ``response_format`` (None when the output goes through a tool)."""
+        if self.via != "response_format":
+            return None
+        spec = {"name": self.name, "schema": dict(self.schema), "strict": self.strict}
+        return {"type": "json_schema", "json_schema": spec}
+
+    @property
+    def wrapped(self) -> bool:
+        """The schema is not an object: the output tool takes it as ``value``."""
+        return self.schema.get("type") != "object"
+
+    def tool_parameters(self) -> dict[str, Any]:
+        """The output tool's parameters: the schema, or ``{"value": schema}``."""
+        if not self.wrapped:
+            return dict(self.schema)
+        return {
+            "type": "object",
+            "properties": {"value": dict(self.schema)},
+            "required": ["value"],
+            "additionalProperties": False,
+        }
+
+    def describe(self, limit: int = 400) -> str:
+        """The schema as compact JSON, cut at ``limit`` characters (for a description)."""
+        text = json.dumps(self.schema, separators=(",", ":"))
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+
+    def in_prose(self) -> Checked:
+        """An answer in prose where the output tool should have been called."""
+        return Checked(error=f"it was written as text; call {OUTPUT_TOOL} to give it")
+
+    def check_text(self, text: str) -> Checked:
+        """Parse ``text`` (a JSON document, perhaps in a code fence) and validate it."""
+        try:
+            value = json.loads(_unfenced(text))
+        except ValueError as exc:
+            return Checked(error=f"it is not JSON ({exc})")
+        return self.check(value)
+
+    def check(self, value: Any) -> Checked:
+        """Validate ``value`` against the schema."""
+        validator = jsonschema.Draft202012Validator(self.schema)
+        errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+        if not errors:
+            return Checked(value=value)
+        shown = "; ".join(_said(e) for e in errors[:ERRORS_SHOWN])
+        more = len(errors) - ERRORS_SHOWN
+        return Checked(error=shown + (f"; and {more} more" if more > 0 else ""))
+
+
+def output_spec(output_type: object, via: str = "response_format") -> OutputSpec:
+    """The spec of ``output_type``: a JSON schema, an attrs class or a TypedDict.
+
+    Raises:
+        ConfigError: not one of those, a type no schema can be derived from,
+            or a schema that is not a valid JSON schema.
+    """
+    if via not in ("response_format", "tool"):
+        raise ConfigError(f"output_via must be 'response_format' or 'tool', got {via!r}")
+    build: Callable[[Any], Any] = _identity
+    if isinstance(output_type, Mapping):
+        schema, name = dict(output_type), "output"
+    elif isinstance(output_type, type) and (attrs.has(output_type) or is_typeddict(output_type)):
+        schema, name = schema_of(output_type), output_type.__name__
+        build = _structurer(output_type) if attrs.has(output_type) else _identity
+    else:
+        raise ConfigError(
+            f"output_type must be a JSON schema (a dict), an attrs class or a TypedDict, "
+            f"got {output_type!r}"
+        )
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ConfigError(f"output_type is not a valid JSON schema: {exc.message}") from None
+    how: Via = "tool" if via == "tool" else "response_format"
+    return OutputSpec(
+        name=_NAME.sub("_", name)[:64], schema=schema, strict=_strict(schema), via=how, build=build
+    )
+
+
+def _strict(schema: Any) -> bool:
+    """Whether ``schema`` meets strict structured outputs: every object lists all
+    its properties as required and admits no others (recursively)."""
+    if isinstance(schema, list):
+        return all(_strict(item) for item in schema)
+    if not isinstance(schema, Mapping):
+        return True
+    if schema.get("type") == "object" or "properties" in schema:
+        properties = schema.get("properties", {})
+        if schema.get("additionalProperties") is not False:
+            return False
+        if set(schema.get("required", ())) != set(properties):
+            return False
+    return all(_strict(v) for k, v in schema.items() if k not in ("enum", "const", "required"))
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _structurer(cls: type) -> Callable[[Any], Any]:
+    converter = cattrs.Converter()
+    return lambda value: converter.structure(value, cls)
+
+
+def _unfenced(text: str) -> str:
+    """``text`` without a Markdown code fence around it (```json ... ```)."""
+    stripped = text.strip()
+    match = re.fullmatch(r"```[a-zA-Z]*\s*\n?(.*?)\n?```", stripped, flags=re.DOTALL)
+    return match.group(1) if match else stripped
+
+
+def _said(error: jsonschema.ValidationError) -> str:
+    path = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    return f"at ${path}: {error.message}"
+
+
+def correction(spec: OutputSpec, error: str) -> dict[str, Any]:
+    """The message that sends an answer that does not fit back to the model."""
+    how = (
+        "Answer again with only the JSON"
+        if spec.via == "response_format"
+        else f"Call {OUTPUT_TOOL} again with arguments"
+    )
+    return {
+        "role": "user",
+        "content": f"{_CORRECTION}: {error}. {how} that fits this schema: {spec.describe()}",
+    }
+
+
+def is_correction(message: Mapping[str, Any]) -> bool:
+    """Whether ``message`` is a :func:`correction`."""
+    content = message.get("content")
+    return (
+        message.get("role") == "user"
+        and isinstance(content, str)
+        and (content.startswith(_CORRECTION))
+    )
+
+
+def output_tool(spec: OutputSpec) -> Tool:
+    """The tool a run answers through (``via="tool"``): its arguments, once they
+    fit the schema (checked as any call's), are the run's output."""
+
+    def answer(**arguments: Any) -> str:
+        raise FinalOutput(arguments["value"] if spec.wrapped else arguments)
+
+    return Tool(
+        name=OUTPUT_TOOL,
+        description="Give your final answer: call this, with arguments that fit the "
+        "required output, once you have it.",
+        parameters=spec.tool_parameters(),
+        function=answer,
+        read_only=True,
+    )

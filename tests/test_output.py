@@ -1,0 +1,230 @@
+"""Structured output: schemas from types, the answer checked, fixed, built."""
+
+from __future__ import annotations
+
+import enum
+import json
+from typing import Any, Literal, TypedDict
+
+import attrs
+import pytest
+
+from orchestra import (
+    Agent,
+    ChatReply,
+    ChatRequest,
+    ConfigError,
+    Limits,
+    OpenAIProvider,
+    Runner,
+    SQLiteStore,
+    Status,
+    tool,
+)
+from orchestra._output import OUTPUT_TOOL, output_spec
+from orchestra._schema import schema_of
+from orchestra.testing import (
+    DONE,
+    FakeProvider,
+    ScriptedTransport,
+    demo_agent,
+    demo_task,
+    make_sandbox,
+    tool_calls,
+)
+
+
+class Level(enum.Enum):
+    LOW = "low"
+    HIGH = "high"
+
+
+@attrs.frozen
+class Source:
+    name: str
+    lines: list[int]
+
+
+@attrs.frozen
+class Finding:
+    title: str
+    year: int
+    level: Level
+    kind: Literal["bug", "outage"]
+    sources: list[Source]
+    note: str | None = None
+
+
+class Movie(TypedDict):
+    title: str
+    rating: float
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "people": {"type": "integer"}},
+    "required": ["city", "people"],
+    "additionalProperties": False,
+}
+
+
+def test_a_schema_is_derived_from_an_attrs_class_with_nested_types() -> None:
+    schema = schema_of(Finding)
+    assert schema["required"] == ["title", "year", "level", "kind", "sources"]
+    assert schema["properties"]["level"] == {"enum": ["low", "high"]}
+    assert schema["properties"]["kind"] == {"enum": ["bug", "outage"]}
+    source = schema["properties"]["sources"]["items"]
+    assert source["properties"]["lines"] == {"type": "array", "items": {"type": "integer"}}
+    assert schema["properties"]["note"] == {"anyOf": [{"type": "string"}, {"type": "null"}]}
+    assert schema["additionalProperties"] is False
+
+
+def test_strict_only_when_every_property_is_required() -> None:
+    assert output_spec(SCHEMA).strict
+    assert output_spec(Movie).strict
+    assert not output_spec(Finding).strict  # note has a default
+    assert output_spec(Movie).response_format() == {
+        "type": "json_schema",
+        "json_schema": {"name": "Movie", "schema": schema_of(Movie), "strict": True},
+    }
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [object, int, "a string", {"type": 5}],
+    ids=["object", "int", "str", "bad-schema"],
+)
+def test_what_is_no_output_type_is_refused(bad: Any) -> None:
+    with pytest.raises(ConfigError, match="output_type"):
+        Agent(name="a", model="m", output_type=bad)
+
+
+def test_an_output_tool_cannot_shadow_a_tool_of_that_name() -> None:
+    @tool(name=OUTPUT_TOOL)
+    def final_answer() -> str:
+        """Mine."""
+        return ""
+
+    with pytest.raises(ConfigError, match="a tool is named final_answer"):
+        Agent(name="a", model="m", tools=(final_answer,), output_type=SCHEMA, output_via="tool")
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ('{"city": "Oslo"}', "'people' is a required property"),
+        ('{"city": "Oslo", "people": "many"}', "at $.people: 'many' is not of type 'integer'"),
+        ("Oslo, 700000 people", "it is not JSON"),
+    ],
+)
+def test_an_answer_that_does_not_fit_says_where(text: str, error: str) -> None:
+    assert error in str(output_spec(SCHEMA).check_text(text).error)
+
+
+def test_an_answer_in_a_code_fence_is_read() -> None:
+    checked = output_spec(SCHEMA).check_text('```json\n{"city": "Oslo", "people": 7}\n```')
+    assert checked.value == {"city": "Oslo", "people": 7} and checked.error is None
+
+
+class ByModel:
+    """A fake provider per model name."""
+
+    def __init__(self, **providers: FakeProvider) -> None:
+        self.providers = providers
+
+    async def complete(self, request: ChatRequest) -> ChatReply:
+        return await self.providers[request.model].complete(request)
+
+
+def _answers(*texts: str) -> FakeProvider:
+    return FakeProvider(*({"role": "assistant", "content": t} for t in texts))
+
+
+async def test_the_answer_is_built_into_the_class_and_sent_as_a_response_format() -> None:
+    provider = _answers(json.dumps({"title": "Movie night", "rating": 4.5}))
+    agent = Agent(name="a", model="m", output_type=Movie)
+    result = await Runner(provider=provider).run(agent, "Pick a film.")
+    assert result.status is Status.COMPLETED and result.output == {
+        "title": "Movie night",
+        "rating": 4.5,
+    }
+    [request] = provider.requests
+    assert request.response_format == output_spec(Movie).response_format()
+
+
+async def test_an_invalid_answer_is_sent_back_and_fixed_within_the_limits() -> None:
+    provider = _answers('{"city": "Oslo"}', '{"city": "Oslo", "people": 700000}')
+    agent = Agent(name="a", model="m", output_type=SCHEMA, limits=Limits(max_turns=3))
+    result = await Runner(provider=provider).run(agent, "Where?")
+    assert result.status is Status.COMPLETED and result.output == {"city": "Oslo", "people": 700000}
+    note = provider.requests[1].messages[-1]
+    assert note["role"] == "user" and "'people' is a required property" in note["content"]
+    assert result.state.turns == 2
+
+
+async def test_answers_that_never_fit_fail_the_run_after_the_retries() -> None:
+    provider = _answers("no", "still no", "never")
+    agent = Agent(name="a", model="m", output_type=SCHEMA, output_retries=2)
+    result = await Runner(provider=provider).run(agent, "Where?")
+    assert result.status is Status.FAILED and result.output is None
+    assert "did not fit the required output (it is not JSON" in result.state.reason
+    assert "after 2 correction(s)" in result.state.reason and result.state.turns == 3
+
+
+async def test_a_turn_limit_stops_the_corrections_first() -> None:
+    provider = _answers("no", "still no", "never")
+    agent = Agent(name="a", model="m", output_type=SCHEMA, limits=Limits(max_turns=2))
+    result = await Runner(provider=provider).run(agent, "Where?")
+    assert result.status is Status.MAX_TURNS_EXCEEDED and result.state.turns == 2
+
+
+async def test_through_the_output_tool_the_arguments_are_the_answer() -> None:
+    bad = tool_calls((OUTPUT_TOOL, '{"city": "Oslo"}'))
+    good = tool_calls((OUTPUT_TOOL, '{"city": "Oslo", "people": 7}'))
+    provider = FakeProvider({"role": "assistant", "content": "Oslo."}, bad, good)
+    agent = Agent(name="a", model="m", output_type=SCHEMA, output_via="tool")
+    result = await Runner(provider=provider).run(agent, "Where?")
+    assert result.status is Status.COMPLETED and result.output == {"city": "Oslo", "people": 7}
+    first = provider.requests[0]
+    assert first.response_format is None
+    assert first.tools[-1]["function"]["name"] == OUTPUT_TOOL
+    said = [m["content"] for m in result.state.messages if m["role"] in ("tool", "user")]
+    assert "call final_answer to give it" in said[1]  # prose where the tool was due
+    assert "'people' is a required property" in said[2]  # the call's arguments checked
+    assert json.loads(result.answer or "") == {"city": "Oslo", "people": 7}
+
+
+async def test_a_child_with_an_output_type_hands_its_parent_json() -> None:
+    child = Agent(name="counter", model="child", output_type=SCHEMA)
+    ask = child.as_tool()
+    assert '"people"' in ask.description  # the parent sees the shape it gets back
+    provider = ByModel(
+        parent=FakeProvider(tool_calls(("counter", '{"question": "How many?"}')), DONE),
+        child=_answers('{"city": "Oslo", "people": 7}'),
+    )
+    parent = Agent(name="parent", model="parent", tools=(ask,))
+    result = await Runner(provider=provider).run(parent, "Count.")
+    [answer] = [m["content"] for m in result.state.messages if m["role"] == "tool"]
+    assert json.loads(answer) == {"city": "Oslo", "people": 7}
+    assert result.children[0].output == {"city": "Oslo", "people": 7}
+
+
+async def test_the_extract_demo_completes_with_an_incident(tmp_path: Any) -> None:
+    provider = OpenAIProvider(base_url="http://scripted/v1", transport=ScriptedTransport())
+    make_sandbox(tmp_path)
+    agent = demo_agent("extract", tmp_path)
+    result = await Runner(provider=provider).run(agent, demo_task("extract"))
+    assert result.status is Status.COMPLETED
+    assert attrs.asdict(result.output) == {
+        "worker": 7,
+        "timeout_ms": 30000,
+        "evidence": "2026-11-30T04:12:09Z ERROR worker 7 timed out after 30000 ms",
+    }
+
+
+async def test_the_output_is_saved_with_the_run(tmp_path: Any) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    provider = _answers('{"city": "Oslo", "people": 7}')
+    agent = Agent(name="a", model="m", output_type=SCHEMA)
+    result = await Runner(provider=provider, store=store).run(agent, "Where?")
+    assert store.load(result.run_id).output == {"city": "Oslo", "people": 7}
