@@ -64,7 +64,7 @@ IDLE_IN_TRANSACTION_S = 2.0
 default is 60 s): a worker frozen mid-transaction (stopped, its VM paused)
 holds its workflow rows' locks no longer than this, as its store's sessions
 (``_pgstore.IDLE_IN_TRANSACTION_MS``)."""
-CLIENT_LOCK_TIMEOUT_MS = 250
+CLIENT_LOCK_TIMEOUT_MS = 100
 """A client's statement waits this long for a row lock: a cancel does not wait
 on a workflow row a stalled worker holds (see :meth:`DBOSQueue.cancel`)."""
 BUSY_RETRIES = 20
@@ -268,18 +268,20 @@ class DBOSQueue:
         return {w.workflow_id for w in found if w.status in _LIVE}
 
     def cancel(self, workflow_ids: list[str]) -> None:
-        """Take workflows off the queue (blocking; those running end at their next step).
+        """Take workflows off the queue, in one statement (blocking; those running
+        end at their next step).
 
-        Best effort for a workflow whose row is locked (its worker is inside a
-        DBOS transaction, or stalled there): it is left as it is, and ends at
-        its next step, which finds its run stopped.
+        Best effort if a workflow's row is locked (its worker is inside a DBOS
+        transaction, or stalled there): they are left as they are, and each
+        ends at its next step, which finds its run stopped.
         """
-        for wid in workflow_ids:
-            try:
-                self._client.cancel_workflow(wid)
-            except Exception as exc:  # DBOS's own database errors, mapped at this boundary
-                if not _locked(exc):
-                    _raise_mapped(exc, f"cannot cancel workflow {wid}")
+        if not workflow_ids:
+            return
+        try:
+            self._client.cancel_workflows(workflow_ids)
+        except Exception as exc:  # DBOS's own database errors, mapped at this boundary
+            if not _locked(exc):
+                _raise_mapped(exc, f"cannot cancel workflows {', '.join(workflow_ids)}")
 
     def close(self) -> None:
         """Close the client's connections."""
