@@ -195,6 +195,7 @@ class Chaos:
             rows = [("cannot read pg_stat_activity", str(exc))]
         sessions = "\n".join(" | ".join(map(str, row)) for row in rows)
         self.slow.append(f"client stack:\n{stack}\nsessions:\n{sessions}")
+        print(f"slow cancel, at {time.time():.3f}:\n{self.slow[-1]}", flush=True)  # if it hangs
 
 
 _ACTIVITY = """
@@ -202,6 +203,12 @@ _ACTIVITY = """
            now() - xact_start AS xact_age, pg_blocking_pids(pid), left(query, 160)
     FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
 """
+
+
+def _told(fault: Callable[[], None]) -> Callable[[], None]:
+    """``fault``, saying in the log when it begins."""
+    print(f"{fault.__name__} at {time.time():.3f}", flush=True)
+    return fault
 
 
 def _kill_all(pool: Workers, fired: threading.Event) -> None:
@@ -285,12 +292,15 @@ def test_chaos_keeps_exactly_once_budgets_and_cancel(
             chaos.submit_tree()
             if i % 2 == 1 and faults:
                 wait_until(lambda: _open_writes(journal), 60, "a write in flight")
-                faults.pop()()
+                _told(faults.pop())()
         for fault in faults:
-            fault()
+            _told(fault)()
         chaos.cancel_one()
         roots = list(chaos.roots)
-        _settle(cluster, roots)
+        try:
+            _settle(cluster, roots)
+        finally:  # what the faults did, also when the trees never settle
+            print(chaos.timeline.told(pool), flush=True)
         trees = {root: cluster.store.tree(root) for root in roots}
         spend = {root: ledger_rows(cluster, root) for root in roots}
         logs = {name: pool.log(name) for name in pool.procs}
