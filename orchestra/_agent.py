@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 
 from ._exceptions import ConfigError, PermanentToolError
-from ._output import OUTPUT_TOOL, OutputSpec, output_spec, output_tool
+from ._output import OUTPUT_TOOL, OutputSpec, output_spec
 from ._state import Limits, RunState
 from ._tools import DEFAULT_RESULT_BYTES, MIN_RESULT_BYTES, Tool, ToolContext, check_timeout
 
@@ -121,9 +121,8 @@ class Agent:
     ``"tool"`` (a final-answer tool, for endpoints without response_format)."""
     output_retries: int = 2
     """Answers that do not fit sent back to the model to fix, before the run fails."""
-    output: OutputSpec | None = attrs.field(init=False, default=None, eq=False, repr=False)
-    """The spec derived from ``output_type``."""
-    _output_tool: Tool | None = attrs.field(init=False, default=None, eq=False, repr=False)
+    output: OutputSpec | None = attrs.field(default=None, eq=False, repr=False)
+    """The spec derived from ``output_type`` (a value given here is replaced by it)."""
 
     def __attrs_post_init__(self) -> None:
         if self.no_progress_after is not None and self.no_progress_after < 2:
@@ -135,13 +134,10 @@ class Agent:
             raise ConfigError(f"agent {self.name}: max_tokens must be >= 1")
         if self.output_retries < 0:
             raise ConfigError(f"agent {self.name}: output_retries must be >= 0")
-        if self.output_type is not None:
-            spec = output_spec(self.output_type, self.output_via)
-            object.__setattr__(self, "output", spec)
-            if spec.via == "tool":
-                if OUTPUT_TOOL in names:
-                    raise ConfigError(f"agent {self.name}: a tool is named {OUTPUT_TOOL}")
-                object.__setattr__(self, "_output_tool", output_tool(spec))
+        spec = None if self.output_type is None else output_spec(self.output_type, self.output_via)
+        object.__setattr__(self, "output", spec)
+        if spec is not None and spec.tool is not None and OUTPUT_TOOL in names:
+            raise ConfigError(f"agent {self.name}: a tool is named {OUTPUT_TOOL}")
 
     def tool(self, name: str) -> Tool | None:
         """The tool called ``name``, if the agent has it (its output tool included)."""
@@ -152,7 +148,7 @@ class Agent:
         return [t.spec() for t in self._offered()]
 
     def _offered(self) -> tuple[Tool, ...]:
-        extra = self._output_tool
+        extra = None if self.output is None else self.output.tool
         return self.tools if extra is None else (*self.tools, extra)
 
     def as_tool(

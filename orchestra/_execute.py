@@ -22,6 +22,7 @@ import attrs
 import trio
 
 from ._agent import Agent
+from ._conversation import continued_messages, refuse_to_continue
 from ._exceptions import ConfigError, RunNotFound, StateError
 from ._loop import charge_lost_stream, drive
 from ._result import RunResult, stop_sentence
@@ -126,6 +127,27 @@ def _tree_usage(runner: Host, state: RunState) -> Usage:
             continue
         total = total + _tree_usage(runner, child)
     return total
+
+
+def continued_state(
+    earlier: RunState,
+    agent: Agent,
+    message: str,
+    limits: Limits,
+    run_id: str | None = None,
+    metadata: dict[str, str] | None = None,
+) -> RunState:
+    """The state of a new root run continuing ``earlier`` with ``message`` (see
+    :mod:`orchestra._conversation`); the earlier run's metadata unless given.
+
+    Raises:
+        StateError: ``earlier`` cannot be continued by ``agent``.
+    """
+    refuse_to_continue(earlier, agent.name)
+    state = new_state(agent, message, limits, run_id=run_id, metadata=metadata or earlier.metadata)
+    state.messages = continued_messages(earlier, message)
+    state.continues, state.conversation_id = earlier.run_id, earlier.conversation
+    return state
 
 
 def result_of(run: LiveRun) -> RunResult:

@@ -86,6 +86,8 @@ class OutputSpec:
     strict: bool
     via: Via = "response_format"
     build: Callable[[Any], Any] = attrs.field(default=lambda value: value, eq=False, repr=False)
+    tool: Tool | None = attrs.field(default=None, eq=False, repr=False)
+    """The tool the run answers through (``via="tool"``; see :func:`output_tool`)."""
 
     def response_format(self) -> dict[str, Any] | None:
         """The request's ``response_format`` (None when the output goes through a tool)."""
@@ -163,9 +165,10 @@ def output_spec(output_type: object, via: str = "response_format") -> OutputSpec
     except jsonschema.SchemaError as exc:
         raise ConfigError(f"output_type is not a valid JSON schema: {exc.message}") from None
     how: Via = "tool" if via == "tool" else "response_format"
-    return OutputSpec(
+    spec = OutputSpec(
         name=_NAME.sub("_", name)[:64], schema=schema, strict=_strict(schema), via=how, build=build
     )
+    return attrs.evolve(spec, tool=output_tool(spec)) if how == "tool" else spec
 
 
 def _strict(schema: Any) -> bool:

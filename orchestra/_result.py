@@ -94,6 +94,8 @@ class RunResult:
             "answer": self.answer,
             "answer_partial": s.answer_partial,
             "output": s.output,
+            "continues": s.continues,
+            "conversation_id": s.conversation,
             "children": [c.summary() for c in self.ordered_children()],
         }
 

@@ -37,7 +37,15 @@ from ._approval import approve, reject
 from ._cancelled import unwrapped
 from ._events import Event, EventSink, event_record
 from ._exceptions import LeaseError, LeaseLost, StateError, StoreError
-from ._execute import execute, load_live, new_state, reopen, result_of, spawn_child
+from ._execute import (
+    continued_state,
+    execute,
+    load_live,
+    new_state,
+    reopen,
+    result_of,
+    spawn_child,
+)
 from ._feed import EventFeed
 from ._model.margin import Calibration, Margin, provider_key
 from ._model.provider import Provider
@@ -354,8 +362,13 @@ class Runner:
         limits: Limits | None = None,
         run_id: str | None = None,
         metadata: dict[str, str] | None = None,
+        continue_from: str | None = None,
     ) -> RunResult:
         """Run ``agent`` on ``task`` as a root run until it stops; its result.
+
+        ``continue_from``: the id of a stopped root run (in this runner's store)
+        that this run continues, ``task`` being the next user message (see
+        :mod:`orchestra._conversation`; limits count per message).
 
         Never raises for a run's own failure: how it ended is in the result.
         Cancellation: if the caller's scope is cancelled, the tree records
@@ -372,8 +385,7 @@ class Runner:
         If stopping the tree (saving it, letting its lease go) fails while an
         error is on its way out, that error is raised, the failure a note on it.
         """
-        limits = (limits or agent.limits).anchored(self.now())
-        state = new_state(agent, task, limits, run_id=run_id, metadata=metadata)
+        state = self._new_root(agent, task, limits, run_id, metadata, continue_from)
         with unwrapped():
             return await self._root(LiveRun(state=state, agent=agent, runner=self))
 
@@ -385,12 +397,21 @@ class Runner:
         limits: Limits | None = None,
         run_id: str | None = None,
         metadata: dict[str, str] | None = None,
+        continue_from: str | None = None,
     ) -> RunResult:
         """:meth:`run` from plain code (a script, a notebook cell): blocks until the
         tree stops; its result. Works with an asyncio loop running in this
         thread too (the tree then runs in a thread of its own). See
         :mod:`orchestra._sync`; from asyncio code use ``orchestra.aio``."""
-        go = partial(self.run, agent, task, limits=limits, run_id=run_id, metadata=metadata)
+        go = partial(
+            self.run,
+            agent,
+            task,
+            limits=limits,
+            run_id=run_id,
+            metadata=metadata,
+            continue_from=continue_from,
+        )
         return blocking([self.provider], go)
 
     def resume_sync(
@@ -410,18 +431,39 @@ class Runner:
         limits: Limits | None = None,
         run_id: str | None = None,
         metadata: dict[str, str] | None = None,
+        continue_from: str | None = None,
     ) -> RunHandle:
         """Start a root run in ``nursery``; a handle to cancel it or wait for it.
 
         ``metadata`` is saved with the run (e.g. what a later process needs to
-        rebuild the agent and resume it).
+        rebuild the agent and resume it); ``continue_from`` as in :meth:`run`.
         """
-        limits = (limits or agent.limits).anchored(self.now())
-        state = new_state(agent, task, limits, run_id=run_id, metadata=metadata)
+        state = self._new_root(agent, task, limits, run_id, metadata, continue_from)
         live = LiveRun(state=state, agent=agent, runner=self)
         handle = RunHandle(run_id=state.run_id, live=live, runner=self)
         nursery.start_soon(self._run_for, handle, live)
         return handle
+
+    def _new_root(
+        self,
+        agent: Agent,
+        task: str,
+        limits: Limits | None,
+        run_id: str | None,
+        metadata: dict[str, str] | None,
+        continue_from: str | None,
+    ) -> RunState:
+        """The state of a new root run, continuing ``continue_from`` if given.
+
+        Raises:
+            RunNotFound: no run ``continue_from`` in the store.
+            StateError: that run cannot be continued (running, a child, another agent's).
+        """
+        limits = (limits or agent.limits).anchored(self.now())
+        if continue_from is None:
+            return new_state(agent, task, limits, run_id=run_id, metadata=metadata)
+        earlier = self.store.load(continue_from)
+        return continued_state(earlier, agent, task, limits, run_id=run_id, metadata=metadata)
 
     async def _run_for(self, handle: RunHandle, live: LiveRun) -> None:
         """Run a started root for ``handle``: :meth:`RunHandle.wait` gets its

@@ -306,6 +306,16 @@ class RunState:
     output: Any = None
     """The answer as a JSON value, when the agent declares an output type (see
     :mod:`orchestra._output`); None otherwise."""
+    continues: str | None = None
+    """The run this one continues with a new user message (see
+    :mod:`orchestra._conversation`); None for a conversation's first run."""
+    conversation_id: str | None = None
+    """The first run of the conversation this run continues (None: its own)."""
+
+    @property
+    def conversation(self) -> str:
+        """The conversation's id: its first run's."""
+        return self.conversation_id or self.run_id
 
     @property
     def turns(self) -> int:

@@ -248,12 +248,34 @@ async def start(
     limits: Limits | None = None,
     run_id: str | None = None,
     metadata: dict[str, str] | None = None,
+    continue_from: str | None = None,
 ) -> Handle:
     """Start a tree from asyncio (as :meth:`Runner.start`); its :class:`Handle`."""
+    return await _begin(runner, agent, task, limits, run_id, metadata, continue_from, feed=True)
+
+
+async def _begin(
+    runner: Runner,
+    agent: Agent,
+    task: str,
+    limits: Limits | None,
+    run_id: str | None,
+    metadata: dict[str, str] | None,
+    continue_from: str | None,
+    *,
+    feed: bool,
+) -> Handle:
+    """:meth:`Runner.start` in the guest run, as :func:`start` and :func:`run` ask."""
     go = partial(
-        runner.start, agent=agent, task=task, limits=limits, run_id=run_id, metadata=metadata
+        runner.start,
+        agent=agent,
+        task=task,
+        limits=limits,
+        run_id=run_id,
+        metadata=metadata,
+        continue_from=continue_from,
     )
-    return await _start(runner, go, feed=True)
+    return await _start(runner, go, feed=feed)
 
 
 async def _start(
@@ -298,10 +320,8 @@ async def run(
     limits: Limits | None = None,
     run_id: str | None = None,
     metadata: dict[str, str] | None = None,
+    continue_from: str | None = None,
 ) -> RunResult:
     """Run a tree to its end from asyncio (as :meth:`Runner.run`); its result."""
-    go = partial(
-        runner.start, agent=agent, task=task, limits=limits, run_id=run_id, metadata=metadata
-    )
-    handle = await _start(runner, go, feed=False)
+    handle = await _begin(runner, agent, task, limits, run_id, metadata, continue_from, feed=False)
     return await handle.wait()

@@ -38,6 +38,14 @@ Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 T = TypeVar("T")
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+continue_option = click.option(
+    "--continue",
+    "continue_from",
+    metavar="RUN_ID",
+    default=None,
+    help="Continue that stopped run (in --store) with TASK as the next user message: a new "
+    "run with its transcript, fresh limits (they count per message).",
+)
 
 
 def bundled(keyword: str, cls: type[T], options: Sequence[Decorator]) -> Decorator:

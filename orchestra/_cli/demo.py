@@ -9,7 +9,13 @@ import click
 from click.shell_completion import CompletionItem
 
 from .._exceptions import OrchestraError
-from .common import Output, TreeOptions, output_options, tree_options
+from .common import (
+    Output,
+    TreeOptions,
+    continue_option,
+    output_options,
+    tree_options,
+)
 from .options import SECONDS, TURNS, USD
 
 __all__ = ["demo"]
@@ -51,6 +57,10 @@ class DemoCommand(click.Command):
         super().format_help_text(ctx, formatter)
         with formatter.section("Scenarios"):
             formatter.write_dl([(name, SCRIPTS[name].description) for name in SCENARIOS])
+
+
+FOLLOW_UP = "Thanks. What should we do about it?"
+"""The demo's next message when it continues a run (``--continue``) without ``--message``."""
 
 
 def _sandbox(directory: str | None) -> Path:
@@ -117,8 +127,15 @@ def _sandbox(directory: str | None) -> Path:
     help="Sandbox directory (made, with the demo files, if missing or empty). "
     "[default: a new temporary directory]",
 )
+@click.option(
+    "--message",
+    default=None,
+    metavar="TEXT",
+    help="With --continue: the next user message [default: a follow-up question].",
+)
 @tree_options
 @output_options
+@continue_option
 def demo(
     scenario: str,
     max_turns: int | None,
@@ -129,8 +146,10 @@ def demo(
     fatal_errors: bool,
     cancel_after: float | None,
     directory: str | None,
+    message: str | None,
     tree: TreeOptions,
     output: Output,
+    continue_from: str | None,
 ) -> None:
     """Run SCENARIO against the embedded scripted provider.
 
@@ -155,5 +174,5 @@ def demo(
         slow_tree = parse_scenario(scenario)[0] == "slow_tree"
         max_turns = 2 + 3 * (children or 3) if slow_tree else 20
     session, spans = start.session(recipe, output, cancel_after=cancel_after)
-    task = demo_task(scenario, children)
-    start.start(session, start.limits(max_turns, tree), task, output, spans)
+    task = demo_task(scenario, children) if continue_from is None else message or FOLLOW_UP
+    start.start(session, start.limits(max_turns, tree), task, output, spans, continue_from)

@@ -7,7 +7,14 @@ from pathlib import Path
 import click
 
 from .._recipes.recipe import RUN_INSTRUCTIONS, RUN_MAX_TOKENS, RUN_TIMEOUT_S
-from .common import Output, TreeOptions, api_key_option, output_options, tree_options
+from .common import (
+    Output,
+    TreeOptions,
+    api_key_option,
+    continue_option,
+    output_options,
+    tree_options,
+)
 from .options import MAX_SECONDS, READ_ONLY_TOOLS, TURNS, Number, ToolNames, count
 
 __all__ = ["run_command"]
@@ -94,6 +101,7 @@ __all__ = ["run_command"]
 )
 @tree_options
 @output_options
+@continue_option
 def run_command(
     task: str,
     base_url: str,
@@ -111,6 +119,7 @@ def run_command(
     wait_for_server_s: float,
     tree: TreeOptions,
     output: Output,
+    continue_from: str | None,
 ) -> None:
     """Run TASK with the file catalog against any OpenAI-compatible endpoint.
 
@@ -139,4 +148,4 @@ def run_command(
     )
     click.echo(f"sandbox: {recipe.directory} (tools: {', '.join(tools)})", err=True)
     session, spans = start.session(recipe, output, api_key=api_key)
-    start.start(session, start.limits(max_turns, tree), task, output, spans)
+    start.start(session, start.limits(max_turns, tree), task, output, spans, continue_from)

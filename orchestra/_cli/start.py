@@ -23,6 +23,7 @@ from .._state import Limits
 from .._views.exits import status_exit
 from .._views.output import print_tree, print_waiting
 from .common import Output, TreeOptions
+from .errors import BadValue
 from .stores import is_distributed, new_store, store_flag
 
 if TYPE_CHECKING:
@@ -106,11 +107,24 @@ def tell_started(run_id: str, output: Output) -> None:
     )
 
 
-def start(session: Session, tree_limits: Limits, task: str, output: Output, spans: Any) -> None:
-    """Run ``task`` as a new tree (here, or on the workers of a PostgreSQL store)."""
+def start(
+    session: Session,
+    tree_limits: Limits,
+    task: str,
+    output: Output,
+    spans: Any,
+    continue_from: str | None = None,
+) -> None:
+    """Run ``task`` as a new tree (here, or on the workers of a PostgreSQL store);
+    with ``continue_from``, as the next message of that run's conversation."""
+    from .._conversation import refuse_to_continue
     from .._execute import new_run_id
     from .._model.tokens import encoding
 
+    if continue_from is not None and is_distributed(output.store_path):
+        raise BadValue(
+            "--continue runs here: a PostgreSQL store's workers do not continue runs yet"
+        )
     if is_distributed(output.store_path):
         from ..distributed._cli import submit_and_follow
 
@@ -123,8 +137,16 @@ def start(session: Session, tree_limits: Limits, task: str, output: Output, span
 
     async def go(runner: Runner, mcp_tools: tuple[Tool, ...]) -> RunResult:
         agent = session.recipe.agent(tree_limits, mcp_tools)
+        if continue_from is not None:  # said before the run is: a wrong id starts nothing
+            refuse_to_continue(runner.store.load(continue_from), agent.name)
         tell_started(root_id, output)
-        return await runner.run(agent, task, run_id=root_id, metadata=session.recipe.metadata())
+        return await runner.run(
+            agent,
+            task,
+            run_id=root_id,
+            metadata=session.recipe.metadata(),
+            continue_from=continue_from,
+        )
 
     result, elapsed = drive(session, root_id, go)
     finish(result, session, elapsed, output, spans)

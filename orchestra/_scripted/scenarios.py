@@ -71,6 +71,9 @@ SANDBOX_FILES: Final[Mapping[str, str]] = MappingProxyType(
 """The files of the scenarios' sandbox directory, by name (each well under 80 tokens)."""
 
 PLAN_ANSWER: Final = "errors.log mentions a timeout: worker 7 timed out after 30000 ms."
+FOLLOW_UP_ANSWER: Final = (
+    "Restart worker 7 once, as notes.txt advises; if it times out again, page the on-call engineer."
+)
 GIVE_UP_ANSWER: Final = "I could not find the log I needed, so I cannot tell what went wrong."
 DELETED_ANSWER: Final = "Deleted access.log to free space."
 ROTATED_LOG: Final = "10.0.0.4 GET /health 200 2ms\n"
@@ -111,6 +114,15 @@ class Conversation:
         """The parameters schema of the declared tool ``name`` (None if not declared)."""
         functions = (t.get("function") or {} for t in self.tools)
         return next((f.get("parameters") for f in functions if f.get("name") == name), None)
+
+    @property
+    def followed_up(self) -> bool:
+        """The last message is the user's, after an answer in prose: a continued
+        conversation's next question."""
+        if not self.messages or self.messages[-1].get("role") != "user":
+            return False
+        earlier = self.messages[:-1]
+        return any(m.get("role") == "assistant" and _text(m.get("content")) for m in earlier)
 
     @property
     def corrected(self) -> bool:
@@ -251,6 +263,8 @@ _QUESTIONS: Final = (
 
 @_scenario("plan", "list the files, read errors.log, then name the timeout it mentions")
 def _plan(c: Conversation) -> Step:
+    if c.followed_up:  # a conversation continued after the answer
+        return FOLLOW_UP_ANSWER
     return _at(c.turn, _LIST, _READ_ERRORS, PLAN_ANSWER)
 
 

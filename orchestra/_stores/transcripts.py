@@ -64,6 +64,8 @@ def head_json(state: RunState) -> str:
         "metadata": s.metadata,
         "answer_partial": s.answer_partial,
         "output": s.output,
+        "continues": s.continues,
+        "conversation_id": s.conversation_id,
     }
     return _text(orjson.dumps(document))
 

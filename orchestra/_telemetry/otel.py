@@ -168,7 +168,7 @@ class OTelTracer:
         """What chat and tool spans share: the conversation, the agent, the run."""
         state = run.state
         return {
-            "gen_ai.conversation.id": state.root_id,
+            "gen_ai.conversation.id": conversation_id(run),
             "gen_ai.agent.name": state.agent,
             "orchestra.run.id": state.run_id,
         }
@@ -185,9 +185,10 @@ class OTelTracer:
             "gen_ai.provider.name": self._server(run)["gen_ai.provider.name"],
             "gen_ai.agent.name": state.agent,
             "gen_ai.agent.id": agent_id(state.agent, state.model),
-            "gen_ai.conversation.id": state.root_id,
+            "gen_ai.conversation.id": conversation_id(run),
             "gen_ai.request.model": state.model,
             **_ids(run),
+            **({"orchestra.continues": state.continues} if state.continues else {}),
             "orchestra.resumed": resumed,
         }
         if self._capture:
@@ -224,7 +225,7 @@ class OTelTracer:
         links: list[Link] = []
         attributes: dict[str, Any] = {
             "gen_ai.agent.name": state.agent,
-            "gen_ai.conversation.id": state.root_id,
+            "gen_ai.conversation.id": conversation_id(run),
             **_ids(run),
             "orchestra.resumed": resumed,
         }
@@ -487,6 +488,12 @@ def _endpoint(provider: object, name: str | None) -> dict[str, Any]:
             attributes["server.address"] = parts.hostname
             attributes["server.port"] = port or (443 if parts.scheme == "https" else 80)
     return attributes
+
+
+def conversation_id(run: LiveRun) -> str:
+    """The conversation a run belongs to: its root's (the first run of the chain of
+    runs that continue one another; a tree's own root when it continues none)."""
+    return run.lineage()[-1].state.conversation
 
 
 def _ids(run: LiveRun) -> dict[str, str]:

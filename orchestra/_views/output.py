@@ -75,6 +75,12 @@ def _footer(report: dict[str, Any]) -> Iterator[Text]:
     if reused:
         calls = "1 repeated call" if reused == 1 else f"{reused} repeated calls"
         yield Text(f"deduplicated: {calls} answered from the transcript, not run again")
+    if report.get("continues"):
+        so_far = usd(report.get("conversation_cost_usd") or 0)
+        yield Text(
+            f"continues: {report['continues']} (conversation {report['conversation_id']}, "
+            f"{so_far} so far)"
+        )
     if report.get("dir"):
         yield Text(f"dir: {report['dir']}")
     if report.get("trace_id"):

@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 
 from .._exceptions import RunNotFound
+from .._money import to_usd
 from .._result import RunResult, child_order
 from .._state import RunState, Status
 from .._stores.contract import Store
@@ -68,9 +69,34 @@ def report(
     out["command_elapsed_ms"] = None if elapsed_ms is None else round(elapsed_ms, 1)
     out["run_elapsed_ms"] = round(ran_s * 1000, 1)
     out["dir"] = directory
+    out["conversation_cost_usd"] = _conversation_cost(result, store)
     parent = result.state.trace_context.get("traceparent", "")
     out["trace_id"] = parent.split("-")[1] if parent.count("-") == 3 else None
     return out
+
+
+def _conversation_cost(result: RunResult, store: Store) -> float | None:
+    """What the conversation spent up to this run (its runs' tree costs, following
+    ``continues`` back); None for a run that continues none. A run missing from
+    the store ends the sum there."""
+    if result.state.continues is None:
+        return None
+    state: RunState | None = result.state
+    total = 0
+    while state is not None:
+        total += state.tree.cost_pico
+        state = _earlier(state, store)
+    return round(to_usd(total), 9)
+
+
+def _earlier(state: RunState, store: Store) -> RunState | None:
+    """The run ``state`` continues, if there is one and the store has it."""
+    if state.continues is None:
+        return None
+    try:
+        return store.load(state.continues)
+    except RunNotFound:
+        return None
 
 
 def with_stored_children(result: RunResult, store: Store) -> RunResult:

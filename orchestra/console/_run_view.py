@@ -128,8 +128,28 @@ def _summary(snap: TreeSnapshot) -> Html:
     )
     reason = h("p", root.reason, class_="reason") if root.reason else None
     tree = snap.spent[root.run_id]
-    facts = [_spent(root, tree), _calls(root, tree, len(snap.spent)), _ran(snap), _where(snap)]
+    facts = [
+        _spent(root, tree),
+        _calls(root, tree, len(snap.spent)),
+        _ran(snap),
+        _where(snap),
+        _continues(root),
+    ]
     return h("div", title, reason, h("ul", [h("li", f) for f in facts if f], class_="facts"))
+
+
+def _continues(root: RunState) -> Html | None:
+    """The run this one continues, and the conversation's first run."""
+    if root.continues is None:
+        return None
+    return h(
+        "span",
+        "continues ",
+        run_link(root.continues),
+        " (conversation ",
+        run_link(root.conversation),
+        ")",
+    )
 
 
 def _spent(root: RunState, tree: Usage) -> str:

@@ -173,3 +173,13 @@ def test_a_tree_total_adds_up_the_own_spend_its_runs_saved() -> None:
     totals = rolled_up(RunResult(state=root, children=kids))  # the root saved before they spent
     assert totals["r"] == Usage(cost_pico=20, model_calls=5)
     assert totals["c1"] == Usage(cost_pico=5, model_calls=2)
+
+
+def test_a_continued_run_links_the_run_it_continues_and_its_conversation() -> None:
+    from orchestra.console._run_view import _continues
+
+    state = hostile_state(continues="run_b", conversation_id="run_a")
+    shown = _continues(state)
+    assert shown is not None
+    assert 'href="/runs/run_b"' in shown and 'href="/runs/run_a"' in shown
+    assert _continues(hostile_state()) is None

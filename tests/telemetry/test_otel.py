@@ -579,3 +579,17 @@ async def test_a_wound_down_child_says_its_answer_is_partial_on_its_span(
     assert partial
     for run in result.walk():
         assert agents[run.run_id].attributes["orchestra.answer_partial"] is run.answer_partial
+
+
+async def test_a_continued_run_keeps_its_conversations_id(
+    provider, tracer_for, exporter, scenario_agent
+):
+    runner = Runner(provider=provider, tracer=tracer_for(), store=MemoryStore())
+    agent = scenario_agent("plan")
+    first = await runner.run(agent, "go")
+    second = await runner.run(agent, "And now?", continue_from=first.run_id)
+    spans = exporter.get_finished_spans()
+    agents = agents_by_run(spans)
+    assert agents[second.run_id].attributes["orchestra.continues"] == first.run_id
+    mine = [s for s in spans if s.attributes.get("orchestra.run.id") == second.run_id]
+    assert mine and {s.attributes["gen_ai.conversation.id"] for s in mine} == {first.run_id}

@@ -1,0 +1,46 @@
+"""`orchestra demo|run --continue RUN_ID`: the next message of a conversation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+from orchestra._cli.main import main
+from orchestra._scripted.scenarios import FOLLOW_UP_ANSWER, PLAN_ANSWER
+from orchestra._views.exits import OPERATIONAL
+
+
+def demo(*args: str, code: int = 0) -> dict[str, Any]:
+    result = CliRunner().invoke(main, ["demo", *args, "--json"])
+    assert result.exit_code == code, result.output
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+def test_demo_plan_continues_the_earlier_run_and_completes(tmp_path: Path) -> None:
+    store = str(tmp_path / "runs.db")
+    first = demo("plan", "--store", store)
+    assert first["answer"] == PLAN_ANSWER and first["continues"] is None
+    assert first["conversation_id"] == first["run_id"]
+    second = demo("plan", "--continue", first["run_id"], "--store", store)
+    assert second["status"] == "completed" and second["answer"] == FOLLOW_UP_ANSWER
+    assert second["continues"] == first["run_id"] != second["run_id"]
+    assert second["conversation_id"] == first["run_id"]
+    assert second["turns"] == 1  # its own turns: limits count per message
+    spent = first["tree_cost_usd"] + second["tree_cost_usd"]
+    assert abs(second["conversation_cost_usd"] - spent) < 1e-9
+    shown = CliRunner().invoke(main, ["show", second["run_id"], "--store", store])
+    text = " ".join(shown.stdout.split())
+    assert f"continues: {first['run_id']} (conversation {first['run_id']}" in text
+
+
+def test_continuing_a_run_that_is_not_there_is_one_line_and_starts_nothing(
+    tmp_path: Path,
+) -> None:
+    store = str(tmp_path / "runs.db")
+    result = CliRunner().invoke(main, ["demo", "plan", "--continue", "run_nope", "--store", store])
+    assert result.exit_code == OPERATIONAL, result.output
+    assert result.stderr.strip() == f"error: no run 'run_nope' in {store}"
