@@ -22,6 +22,7 @@ within 200 ms.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import sys
@@ -117,23 +118,32 @@ def walk(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return [summary, *(r for c in summary["children"] for r in walk(c))]
 
 
-async def try_it(port: int) -> int:
+@contextlib.asynccontextmanager
+async def served(port: int) -> AsyncIterator[Any]:
+    """The app under uvicorn on loopback ``port``; an httpx client of it."""
     import httpx
     import uvicorn
 
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     serving = asyncio.create_task(server.serve())
-    while not server.started:  # noqa: ASYNC110 (uvicorn sets a flag; it has no event)
-        await asyncio.sleep(0.01)
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+    try:
+        while not server.started:  # noqa: ASYNC110 (uvicorn sets a flag; it has no event)
+            await asyncio.sleep(0.01)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            yield client
+    finally:
+        server.should_exit = True
+        await serving
+
+
+async def try_it(port: int) -> int:
+    async with served(port) as client:
         started = await client.post("/runs", json={"scenario": "slow_tree", "children": 19})
         run_id = started.json()["run_id"]
         await asyncio.sleep(1.0)  # the children are inside their scans
         began = time.perf_counter()
         stopped = (await client.post(f"/runs/{run_id}/cancel")).json()
         took_ms = (time.perf_counter() - began) * 1000
-    server.should_exit = True
-    await serving
     runs = walk(stopped)
     statuses = {r["status"] for r in runs}
     print(f"slow_tree over HTTP: {len(runs)} runs, all {', '.join(sorted(statuses))}")

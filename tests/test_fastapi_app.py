@@ -27,20 +27,39 @@ def call(steps: Any) -> Any:
     return asyncio.run(main())
 
 
-def test_a_tree_is_started_its_events_streamed_and_its_result_read() -> None:
-    async def steps(client: httpx.AsyncClient) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        run_id = (await client.post("/runs", json={"scenario": "research"})).json()["run_id"]
-        streamed = await client.get(f"/runs/{run_id}/events")
+async def streamed_research(client: httpx.AsyncClient) -> tuple[list[dict[str, Any]], Any]:
+    """Start a research tree, read its events as they come; they and its result."""
+    run_id = (await client.post("/runs", json={"scenario": "research"})).json()["run_id"]
+    events = []
+    async with client.stream("GET", f"/runs/{run_id}/events") as streamed:
         assert streamed.headers["content-type"].startswith("text/event-stream")
-        events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line]
-        return events, (await client.get(f"/runs/{run_id}")).json()
+        async for line in streamed.aiter_lines():
+            if line:
+                assert line.startswith("data: ")
+                events.append(json.loads(line[6:]))
+    return events, (await client.get(f"/runs/{run_id}")).json()
 
-    events, result = call(steps)
+
+def assert_whole_research_tree(events: list[dict[str, Any]], result: dict[str, Any]) -> None:
     assert {e["run_id"] for e in events if e["type"] == "run_started"} == {
         r["run_id"] for r in fastapi_app.walk(result)
     }
     assert events[-1]["type"] == "run_stopped" and result["status"] == "completed"
     assert len(fastapi_app.walk(result)) == 4
+
+
+def test_a_tree_is_started_its_events_streamed_and_its_result_read() -> None:
+    assert_whole_research_tree(*call(streamed_research))
+
+
+def test_under_uvicorn_the_events_stream_over_a_socket_as_they_happen() -> None:
+    async def main() -> tuple[list[dict[str, Any]], Any]:
+        async with fastapi_app.served(fastapi_app.free_port()) as client:
+            return await streamed_research(client)
+
+    events, result = asyncio.run(main())
+    assert_whole_research_tree(events, result)
+    assert any(e["type"] == "text_delta" for e in events)  # streamed pieces, not replies only
 
 
 def test_cancel_stops_a_20_run_tree() -> None:

@@ -6,7 +6,8 @@ way, alternating rounds (``--rounds``, default 5): native ``trio.run`` of
 ``Runner.run`` N times, and ``asyncio.run`` of ``aio.run`` N times (one trio
 guest run hosts them; a tree at a time keeps it from winding down between
 them by holding it open). Reports the median per-run time of each and their
-ratio (target: aio ≤ 1.1× native), then the time for a cancel of the
+ratio (target: aio ≤ 1.1× native), and a third way in, each run in a trio
+thread (``asyncio.to_thread(trio.run, ...)``); then the time for a cancel of the
 awaiting asyncio task to stop a 20-run ``slow_tree``.
 
     python tools/bench_aio.py [--runs 300] [--rounds 5]
@@ -59,6 +60,24 @@ def through_aio(box: Path, runs: int) -> float:
     return asyncio.run(main())
 
 
+def through_thread(box: Path, runs: int) -> float:
+    """The other way in from asyncio: each run in a trio thread
+    (``asyncio.to_thread(trio.run, ...)``), with no guest run."""
+
+    async def main() -> float:
+        r, agent = runner(), demo_agent("plan", box)
+
+        async def one() -> None:
+            assert (await r.run(agent, demo_task("plan"))).status is Status.COMPLETED
+
+        began = time.perf_counter()
+        for _ in range(runs):
+            await asyncio.to_thread(trio.run, one)
+        return (time.perf_counter() - began) / runs
+
+    return asyncio.run(main())
+
+
 def cancel_ms(box: Path) -> float:
     async def main() -> float:
         handle = await aio.start(runner(), demo_agent("slow_tree", box), demo_task("slow_tree", 19))
@@ -84,12 +103,20 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         box = make_sandbox(Path(tmp) / "box")
-        trio_s, aio_s = [], []
-        for _ in range(args.rounds):
-            trio_s.append(native(box, args.runs))
-            aio_s.append(through_aio(box, args.runs))
-        t, a = statistics.median(trio_s), statistics.median(aio_s)
-        print(f"per run: native trio {t * 1000:.2f} ms, aio {a * 1000:.2f} ms: {a / t:.2f}x")
+        ways = {"native trio": native, "aio (guest)": through_aio, "trio thread": through_thread}
+        for way in ways.values():  # warm-up round, not counted
+            way(box, max(args.runs // 10, 1))
+        took: dict[str, list[float]] = {name: [] for name in ways}
+        for _ in range(args.rounds):  # side by side, alternating
+            for name, way in ways.items():
+                took[name].append(way(box, args.runs))
+        base = statistics.median(took["native trio"])
+        for name, times in took.items():
+            median, best = statistics.median(times), min(times)
+            print(
+                f"{name:12} per run {median * 1000:.3f} ms (median of {args.rounds}), "
+                f"{median / base:.2f}x native; best round {best / min(took['native trio']):.2f}x"
+            )
         cancels = sorted(cancel_ms(box) for _ in range(3))
         print(
             f"cancel of the awaiting task, 20-run tree stopped: {cancels[1]:.1f} ms (median of 3)"
