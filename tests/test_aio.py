@@ -1,4 +1,4 @@
-"""``orchestra.aio``: trees from asyncio, on a trio guest run of the program's loop."""
+"""``orchestra.aio``: trees from asyncio, in a trio run on a thread of its own per loop."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_trees_at_once_share_one_runner(box: Path) -> None:
         shared = runner()
         agent = demo_agent("research", box)
         results = await asyncio.gather(*(aio.run(shared, agent, "go") for _ in range(3)))
-        again = await aio.run(shared, agent, "go")  # a guest run of its own, after the last
+        again = await aio.run(shared, agent, "go")  # a trio run of its own, after the last
         return [r.status for r in (*results, again)]
 
     assert asyncio.run(main()) == [Status.COMPLETED] * 4
@@ -82,3 +82,31 @@ def test_the_trees_events_reach_asyncio(box: Path) -> None:
 
     started, stopped = asyncio.run(main())
     assert len(started) == 4 and stopped == 4
+
+
+@pytest.mark.parametrize("wait_s", [0.0, 0.001, 0.005, 0.02, 0.5])
+def test_cancelling_aio_run_stops_its_tree_even_before_it_started(box: Path, wait_s: float) -> None:
+    """aio.run has no handle on the asyncio side (the loop is not woken while the
+    tree runs): a cancel that comes before the tree exists waits for it."""
+    from orchestra import MemoryStore
+
+    store = MemoryStore()
+    shared = Runner(
+        provider=OpenAIProvider(base_url="http://scripted/v1", transport=ScriptedTransport()),
+        store=store,
+    )
+
+    async def main() -> None:
+        task = asyncio.create_task(
+            aio.run(shared, demo_agent("slow", box), demo_task("slow"), run_id="run_x")
+        )
+        await asyncio.sleep(wait_s)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    if wait_s < 0.5 and "run_x" not in {s.run_id for s in store.list_runs()}:
+        return  # cancelled before it was submitted: nothing started
+    saved = store.load("run_x")
+    assert saved.status is Status.INTERRUPTED and saved.reason == aio.CANCELLED

@@ -4,8 +4,8 @@ The same ``plan`` tree (3 turns, 2 tools, in-process scripted provider), run
 N times one after another (``--runs``, default 300) in one event loop each
 way, alternating rounds (``--rounds``, default 5): native ``trio.run`` of
 ``Runner.run`` N times, and ``asyncio.run`` of ``aio.run`` N times (one trio
-guest run hosts them; a tree at a time keeps it from winding down between
-them by holding it open). Reports the median per-run time of each and their
+run in aio's thread hosts them; a tree kept running holds it open between
+them). Reports the median per-run time of each and their
 ratio (target: aio ≤ 1.1× native), and a third way in, each run in a trio
 thread (``asyncio.to_thread(trio.run, ...)``); then the time for a cancel of the
 awaiting asyncio task to stop a 20-run ``slow_tree``.
@@ -62,7 +62,7 @@ def through_aio(box: Path, runs: int) -> float:
 
 def through_thread(box: Path, runs: int) -> float:
     """The other way in from asyncio: each run in a trio thread
-    (``asyncio.to_thread(trio.run, ...)``), with no guest run."""
+    (``asyncio.to_thread(trio.run, ...)``): a new trio run per tree."""
 
     async def main() -> float:
         r, agent = runner(), demo_agent("plan", box)
@@ -103,7 +103,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         box = make_sandbox(Path(tmp) / "box")
-        ways = {"native trio": native, "aio (guest)": through_aio, "trio thread": through_thread}
+        ways = {"native trio": native, "aio": through_aio, "trio thread": through_thread}
         for way in ways.values():  # warm-up round, not counted
             way(box, max(args.runs // 10, 1))
         took: dict[str, list[float]] = {name: [] for name in ways}
