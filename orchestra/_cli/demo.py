@@ -80,8 +80,9 @@ def _sandbox(directory: str | None) -> Path:
     "--max-turns",
     type=TURNS,
     default=None,
-    help="Model calls for the whole tree. [default: 20; slow_tree: 2 + 3 per child: two "
-    "replies each and one spare for a call a crash or a dropped stream cut]",
+    help="Model calls for the whole tree. [default: 20; slow_tree: 3 + 3 per child: two "
+    "replies each and one spare for a call a crash or a dropped stream cut, and one "
+    "more so that the root's last regular call is not its wind-down]",
 )
 @click.option(
     "--child-budget",
@@ -172,7 +173,7 @@ def demo(
     )
     if max_turns is None:
         slow_tree = parse_scenario(scenario)[0] == "slow_tree"
-        max_turns = 2 + 3 * (children or 3) if slow_tree else 20
+        max_turns = 3 + 3 * (children or 3) if slow_tree else 20
     session, spans = start.session(recipe, output, cancel_after=cancel_after)
     task = demo_task(scenario, children) if continue_from is None else message or FOLLOW_UP
     start.start(session, start.limits(max_turns, tree), task, output, spans, continue_from)

@@ -25,6 +25,8 @@ def cli(*args: str, check: int | None = 0) -> dict[str, Any]:
         [*ORCHESTRA, *args, "--json"], capture_output=True, text=True, timeout=120
     )
     if check is not None:
+        if done.returncode != check:
+            print(done.stdout)  # the report says which run did not end as asked
         assert done.returncode == check, done.stderr
     return json.loads(done.stdout)
 
