@@ -353,7 +353,10 @@ class Worker:
         provider = self._providers.get(base_url)
         if provider is None:
             url = base_url or self._scripted_url
-            provider = OpenAIProvider(base_url=url, api_key=api_key or DEMO_API_KEY)
+            # Whole replies on workers for now: with streams, trees stopped making progress
+            # twice (a chaos run on fb52dc0: no write for 228 s; CI on d1ff372: a tree's
+            # children never reached their scans in 120 s), never with whole replies.
+            provider = OpenAIProvider(base_url=url, api_key=api_key or DEMO_API_KEY, stream=False)
             self._providers[base_url] = provider
         return provider
 
