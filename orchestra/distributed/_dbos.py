@@ -59,11 +59,6 @@ STEP = "orchestra.step"
 QUEUE_POLL_S = 0.1
 """How often a worker looks for queued runs (DBOS's default: 1 s)."""
 
-IDLE_IN_TRANSACTION_S = 2.0
-"""PostgreSQL ends a DBOS session idle inside a transaction this long (DBOS's
-default is 60 s): a worker frozen mid-transaction (stopped, its VM paused)
-holds its workflow rows' locks no longer than this, as its store's sessions
-(``_pgstore.IDLE_IN_TRANSACTION_MS``)."""
 CLIENT_LOCK_TIMEOUT_MS = 100
 """A client's statement waits this long for a row lock: a cancel does not wait
 on a workflow row a stalled worker holds (see :meth:`DBOSQueue.cancel`)."""
@@ -105,7 +100,6 @@ def config(database: str, executor_id: str) -> dict[str, Any]:
         "executor_id": executor_id,
         "log_level": "WARNING",
         "sys_db_pool_size": 10,
-        "sys_db_idle_transaction_timeout_sec": IDLE_IN_TRANSACTION_S,
     }
 
 
@@ -223,7 +217,6 @@ class DBOSQueue:
             system_database_url=url,
             application_name=APP_NAME,
             retry_connection_errors=dbos_retries,
-            sys_db_idle_transaction_timeout_sec=IDLE_IN_TRANSACTION_S,
         )
         self._attempts = attempts
 

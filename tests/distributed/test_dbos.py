@@ -8,7 +8,7 @@ import time
 import psycopg
 
 from orchestra.distributed import Cluster, submit
-from orchestra.distributed._dbos import IDLE_IN_TRANSACTION_S, config, system_url, workflow_id
+from orchestra.distributed._dbos import system_url, workflow_id
 from orchestra.distributed._worker import agent_of_reference
 
 WORKFLOW_ROW = "SELECT 1 FROM dbos.workflow_status WHERE workflow_uuid = %s FOR UPDATE"
@@ -40,10 +40,3 @@ def test_a_cancel_does_not_wait_on_a_workflow_row_held_by_a_stalled_worker(pg_ur
         assert cluster.queue.live([wid]) == {wid}  # left for its next step to end
         cluster.queue.cancel([wid])  # once free, taken off the queue
         assert cluster.queue.live([wid]) == set()
-
-
-def test_a_frozen_workers_dbos_transactions_end_within_seconds() -> None:
-    """DBOS's default keeps a frozen session's locks for 60 s (once, a chaos cancel
-    waited 59.5 s on one); workers and clients set it as the store does."""
-    assert config("postgresql://h/db", "w1")["sys_db_idle_transaction_timeout_sec"] == 2.0
-    assert IDLE_IN_TRANSACTION_S == 2.0
