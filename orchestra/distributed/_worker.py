@@ -353,10 +353,7 @@ class Worker:
         provider = self._providers.get(base_url)
         if provider is None:
             url = base_url or self._scripted_url
-            # Whole replies on workers for now: trees stopped making progress three times
-            # since streams were turned on here (fb52dc0..53355d2; once with whole replies,
-            # so more likely the 2 s DBOS idle-transaction timeout given then, now gone).
-            provider = OpenAIProvider(base_url=url, api_key=api_key or DEMO_API_KEY, stream=False)
+            provider = OpenAIProvider(base_url=url, api_key=api_key or DEMO_API_KEY)
             self._providers[base_url] = provider
         return provider
 
