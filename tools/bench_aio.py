@@ -10,7 +10,12 @@ ratio (target: aio ≤ 1.1× native), and a third way in, each run in a trio
 thread (``asyncio.to_thread(trio.run, ...)``); then the time for a cancel of the
 awaiting asyncio task to stop a 20-run ``slow_tree``.
 
-    python tools/bench_aio.py [--runs 300] [--rounds 5]
+Two providers, each its own table: the scripted provider in process (a mock
+transport: the cheapest tree there is, so the adapter's fixed cost per tree
+weighs most) and ``orchestra serve-scripted`` over loopback HTTP (a tree as
+it runs against a server).
+
+    python tools/bench_aio.py [--runs 300] [--rounds 5] [--over inprocess|http|both]
 """
 
 from __future__ import annotations
@@ -24,12 +29,18 @@ import time
 from pathlib import Path
 
 import trio
+from bench.common import scripted_server
 
 from orchestra import OpenAIProvider, Runner, Status, aio
 from orchestra.testing import ScriptedTransport, demo_agent, demo_task, make_sandbox
 
+BASE_URL: str | None = None
+"""The scripted server's URL (``--over http``); None: in process."""
+
 
 def runner() -> Runner:
+    if BASE_URL is not None:
+        return Runner(provider=OpenAIProvider(base_url=BASE_URL, api_key="bench"))
     provider = OpenAIProvider(base_url="http://scripted/v1", transport=ScriptedTransport())
     return Runner(provider=provider)
 
@@ -96,27 +107,42 @@ def cancel_ms(box: Path) -> float:
     return asyncio.run(main())
 
 
+def compare(box: Path, runs: int, rounds: int) -> None:
+    """The three ways in, side by side after a warm-up round; one line each."""
+    ways = {"native trio": native, "aio": through_aio, "trio thread": through_thread}
+    for way in ways.values():  # warm-up round, not counted
+        way(box, max(runs // 10, 1))
+    took: dict[str, list[float]] = {name: [] for name in ways}
+    for _ in range(rounds):  # side by side, alternating
+        for name, way in ways.items():
+            took[name].append(way(box, runs))
+    base = statistics.median(took["native trio"])
+    for name, times in took.items():
+        median, best = statistics.median(times), min(times)
+        print(
+            f"{name:12} per run {median * 1000:.3f} ms (median of {rounds}), "
+            f"{median / base:.2f}x native; best round {best / min(took['native trio']):.2f}x"
+        )
+
+
 def main() -> None:
+    global BASE_URL
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--over", choices=("inprocess", "http", "both"), default="both")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         box = make_sandbox(Path(tmp) / "box")
-        ways = {"native trio": native, "aio": through_aio, "trio thread": through_thread}
-        for way in ways.values():  # warm-up round, not counted
-            way(box, max(args.runs // 10, 1))
-        took: dict[str, list[float]] = {name: [] for name in ways}
-        for _ in range(args.rounds):  # side by side, alternating
-            for name, way in ways.items():
-                took[name].append(way(box, args.runs))
-        base = statistics.median(took["native trio"])
-        for name, times in took.items():
-            median, best = statistics.median(times), min(times)
-            print(
-                f"{name:12} per run {median * 1000:.3f} ms (median of {args.rounds}), "
-                f"{median / base:.2f}x native; best round {best / min(took['native trio']):.2f}x"
-            )
+        if args.over in ("inprocess", "both"):
+            print("scripted provider in process (mock transport):")
+            compare(box, args.runs, args.rounds)
+        if args.over in ("http", "both"):
+            with scripted_server() as url:
+                BASE_URL = url
+                print(f"orchestra serve-scripted over loopback HTTP ({url}):")
+                compare(box, args.runs, args.rounds)
+                BASE_URL = None
         cancels = sorted(cancel_ms(box) for _ in range(3))
         print(
             f"cancel of the awaiting task, 20-run tree stopped: {cancels[1]:.1f} ms (median of 3)"
