@@ -64,6 +64,9 @@ SUPERSEDED = "superseded"
 """What a step returns when its run's claim was taken over (its workflow ends here)."""
 """A worker whose heartbeat is older than this is dead (its runs continue elsewhere)."""
 
+EXIT_DECLARED_DEAD = 75
+"""A worker's exit status when it finds itself declared dead by its peers."""
+
 _ROOTS_KEPT = 256
 """Trees whose agent and runner a worker keeps (then it rebuilds them)."""
 
@@ -82,7 +85,7 @@ def _exit_declared_dead(executor_id: str) -> None:
         "its runs continue on them; exiting so that none runs twice\n"
     )
     sys.stderr.flush()
-    os._exit(75)
+    os._exit(EXIT_DECLARED_DEAD)
 
 
 def agent_of_reference(reference: str) -> Agent:

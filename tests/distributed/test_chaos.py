@@ -45,7 +45,7 @@ from distributed_support import DEAD_AFTER_S, Workers, postgres_tool, wait_until
 from orchestra import Status, StoreUnreachable
 from orchestra.distributed import AGENTS_KEY, Cluster, cancel_tree, ledger_rows, submit
 from orchestra.distributed._dbos import workflow_id
-from orchestra.distributed._worker import agent_of_reference
+from orchestra.distributed._worker import EXIT_DECLARED_DEAD, agent_of_reference
 
 SEED = int(os.environ.get("ORCHESTRA_CHAOS_SEED", "27"))
 TREES = 12
@@ -150,7 +150,12 @@ class Chaos:
             proc.wait(15)
         except Exception:  # not declared dead (peers were not judging yet): it goes on
             return
-        self.timeline.died[proc.pid] = time.time()
+        # Declared dead, it exits before any of its tasks takes a step (its stall
+        # watch asks first): it executed nothing since it woke. Code a freeze caught
+        # mid-step goes on until its next checkpoint, and any effect it reaches is
+        # journaled: those lines are checked against the other workers' spans.
+        declared_dead = proc.returncode == EXIT_DECLARED_DEAD
+        self.timeline.died[proc.pid] = woke if declared_dead else time.time()
         self.replace()
 
     def restart_database(self) -> None:
