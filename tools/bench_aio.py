@@ -34,20 +34,18 @@ from bench.common import scripted_server
 from orchestra import OpenAIProvider, Runner, Status, aio
 from orchestra.testing import ScriptedTransport, demo_agent, demo_task, make_sandbox
 
-BASE_URL: str | None = None
-"""The scripted server's URL (``--over http``); None: in process."""
 
-
-def runner() -> Runner:
-    if BASE_URL is not None:
-        return Runner(provider=OpenAIProvider(base_url=BASE_URL, api_key="bench"))
+def runner(url: str | None = None) -> Runner:
+    """A runner on the scripted server at ``url``, or in process (None)."""
+    if url is not None:
+        return Runner(provider=OpenAIProvider(base_url=url, api_key="bench"))
     provider = OpenAIProvider(base_url="http://scripted/v1", transport=ScriptedTransport())
     return Runner(provider=provider)
 
 
-def native(box: Path, runs: int) -> float:
+def native(box: Path, runs: int, url: str | None) -> float:
     async def main() -> float:
-        r, agent = runner(), demo_agent("plan", box)
+        r, agent = runner(url), demo_agent("plan", box)
         began = time.perf_counter()
         for _ in range(runs):
             assert (await r.run(agent, demo_task("plan"))).status is Status.COMPLETED
@@ -56,9 +54,9 @@ def native(box: Path, runs: int) -> float:
     return trio.run(main)
 
 
-def through_aio(box: Path, runs: int) -> float:
+def through_aio(box: Path, runs: int, url: str | None) -> float:
     async def main() -> float:
-        r, agent = runner(), demo_agent("plan", box)
+        r, agent = runner(url), demo_agent("plan", box)
         keep = await aio.start(r, demo_agent("slow", box), demo_task("slow"))  # holds the run
         began = time.perf_counter()
         for _ in range(runs):
@@ -71,12 +69,12 @@ def through_aio(box: Path, runs: int) -> float:
     return asyncio.run(main())
 
 
-def through_thread(box: Path, runs: int) -> float:
+def through_thread(box: Path, runs: int, url: str | None) -> float:
     """The other way in from asyncio: each run in a trio thread
     (``asyncio.to_thread(trio.run, ...)``): a new trio run per tree."""
 
     async def main() -> float:
-        r, agent = runner(), demo_agent("plan", box)
+        r, agent = runner(url), demo_agent("plan", box)
 
         async def one() -> None:
             assert (await r.run(agent, demo_task("plan"))).status is Status.COMPLETED
@@ -107,15 +105,15 @@ def cancel_ms(box: Path) -> float:
     return asyncio.run(main())
 
 
-def compare(box: Path, runs: int, rounds: int) -> None:
+def compare(box: Path, runs: int, rounds: int, url: str | None = None) -> None:
     """The three ways in, side by side after a warm-up round; one line each."""
     ways = {"native trio": native, "aio": through_aio, "trio thread": through_thread}
     for way in ways.values():  # warm-up round, not counted
-        way(box, max(runs // 10, 1))
+        way(box, max(runs // 10, 1), url)
     took: dict[str, list[float]] = {name: [] for name in ways}
     for _ in range(rounds):  # side by side, alternating
         for name, way in ways.items():
-            took[name].append(way(box, runs))
+            took[name].append(way(box, runs, url))
     base = statistics.median(took["native trio"])
     for name, times in took.items():
         median, best = statistics.median(times), min(times)
@@ -126,7 +124,6 @@ def compare(box: Path, runs: int, rounds: int) -> None:
 
 
 def main() -> None:
-    global BASE_URL
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=5)
@@ -139,10 +136,8 @@ def main() -> None:
             compare(box, args.runs, args.rounds)
         if args.over in ("http", "both"):
             with scripted_server() as url:
-                BASE_URL = url
                 print(f"orchestra serve-scripted over loopback HTTP ({url}):")
-                compare(box, args.runs, args.rounds)
-                BASE_URL = None
+                compare(box, args.runs, args.rounds, url)
         cancels = sorted(cancel_ms(box) for _ in range(3))
         print(
             f"cancel of the awaiting task, 20-run tree stopped: {cancels[1]:.1f} ms (median of 3)"
