@@ -385,9 +385,9 @@ class Runner:
         If stopping the tree (saving it, letting its lease go) fails while an
         error is on its way out, that error is raised, the failure a note on it.
         """
-        state = self._new_root(agent, task, limits, run_id, metadata, continue_from)
+        handle = self._prepare(agent, task, limits, run_id, metadata, continue_from)
         with unwrapped():
-            return await self._root(LiveRun(state=state, agent=agent, runner=self))
+            return await self._root(handle._live)
 
     def run_sync(
         self,
@@ -438,13 +438,11 @@ class Runner:
         ``metadata`` is saved with the run (e.g. what a later process needs to
         rebuild the agent and resume it); ``continue_from`` as in :meth:`run`.
         """
-        state = self._new_root(agent, task, limits, run_id, metadata, continue_from)
-        live = LiveRun(state=state, agent=agent, runner=self)
-        handle = RunHandle(run_id=state.run_id, live=live, runner=self)
-        nursery.start_soon(self._run_for, handle, live)
+        handle = self._prepare(agent, task, limits, run_id, metadata, continue_from)
+        nursery.start_soon(self._run_for, handle)
         return handle
 
-    def _new_root(
+    def _prepare(
         self,
         agent: Agent,
         task: str,
@@ -452,8 +450,10 @@ class Runner:
         run_id: str | None,
         metadata: dict[str, str] | None,
         continue_from: str | None,
-    ) -> RunState:
-        """The state of a new root run, continuing ``continue_from`` if given.
+    ) -> RunHandle:
+        """The handle of a new root run, continuing ``continue_from`` if given; not
+        started yet (:meth:`_run_for` runs it; ``orchestra.aio`` does, in the
+        task it has for the tree).
 
         Raises:
             RunNotFound: no run ``continue_from`` in the store.
@@ -461,23 +461,29 @@ class Runner:
         """
         limits = (limits or agent.limits).anchored(self.now())
         if continue_from is None:
-            return new_state(agent, task, limits, run_id=run_id, metadata=metadata)
-        earlier = self.store.load(continue_from)
-        return continued_state(earlier, agent, task, limits, run_id=run_id, metadata=metadata)
+            state = new_state(agent, task, limits, run_id=run_id, metadata=metadata)
+        else:
+            earlier = self.store.load(continue_from)
+            state = continued_state(earlier, agent, task, limits, run_id=run_id, metadata=metadata)
+        live = LiveRun(state=state, agent=agent, runner=self)
+        return RunHandle(run_id=state.run_id, live=live, runner=self)
 
-    async def _run_for(self, handle: RunHandle, live: LiveRun) -> None:
-        """Run a started root for ``handle``: :meth:`RunHandle.wait` gets its
-        result or the error that failed it (unwrapped as :meth:`run`'s), and so
-        does the nursery. A ``Cancelled`` is not kept: it only propagates."""
+    async def _run_for(self, handle: RunHandle) -> RunResult:
+        """Run a prepared root for ``handle``; its result, which
+        :meth:`RunHandle.wait` gets too, or the error that failed it (unwrapped
+        as :meth:`run`'s), raised here as well. A ``Cancelled`` is not kept: it
+        only propagates."""
+        live, result = handle._live, None
         try:
             with unwrapped():
-                handle._result = await self._root(live)
+                result = await self._root(live)
         except Exception as exc:  # for wait() too; the nursery gets it as well
             handle._error = exc
             raise
         finally:
-            handle._result = handle._result or result_of(live)
+            handle._result = result or result_of(live)
             handle._done.set()
+        return result
 
     async def resume(
         self, run_id: str, agent: Agent, *, limits: Limits | None = None, note: str = ""

@@ -4,15 +4,19 @@ Trio stays inside (its cancel scopes are how one Stop reaches every run,
 request and tool of a tree); this module is the edge. The trees of an asyncio
 program run in one trio run, in a thread of its own per event loop: every
 tree started here shares it, so one runner (and its provider's connection
-pools) serves them all. The trio run starts with the first tree and ends when
-the last one has stopped (then the providers of the runners used in it close
-their pools, which belonged to it; they open new ones on their next use).
+pools) serves them all. The trio run starts with the first tree and stays up
+between trees, ending ``LINGER`` seconds after the last one stopped or when
+the loop shuts down (``asyncio.run`` ending: a tree still running then is
+cancelled, ``SHUT_DOWN``, and the trio run's end waited for, so nothing of it
+outlives the loop). As it ends, the providers of the runners used in it
+close their pools, which belonged to it; they open new ones on their next use.
 The loop is woken once per tree, when it stops (:func:`run`), not while it
 runs: a wake-up mid-tree makes the two threads take turns at the GIL.
 Chosen over trio's guest mode on the loop, measured side by side
-(``tools/bench_aio.py``): 1.12× native trio per tree against 1.25× (each trio
-scheduling batch of a guest run is an asyncio callback); a cancel reaches
-the tree's scope through the trio token either way.
+(``tools/bench_aio.py``): 1.06× native trio per tree against a server over
+loopback HTTP (guest mode: 1.23–1.29×, each trio scheduling batch of a guest
+run being an asyncio callback); a cancel reaches the tree's scope through
+the trio token either way.
 
     result = await aio.run(runner, agent, "Why did the nightly job fail?")
 
@@ -33,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Any, TypeVar
 
@@ -48,39 +52,70 @@ from ._runner import RunHandle, Runner
 from ._state import Limits
 from ._sync import release
 
-__all__ = ["Handle", "resume", "run", "start"]
+__all__ = ["CANCELLED", "LINGER", "SHUT_DOWN", "Handle", "resume", "run", "start"]
 
 _T = TypeVar("_T")
 CANCELLED = "cancelled from asyncio"
+"""The reason of a tree stopped by cancelling the asyncio task awaiting it."""
+SHUT_DOWN = "the asyncio loop shut down"
+"""The reason of a tree still running when its loop shut down."""
+LINGER = 30.0
+"""Seconds the trio run stays up after the loop's last tree stopped, keeping the
+providers' pooled connections for the next (the loop shutting down ends it
+at once)."""
 
 
 @attrs.define(eq=False)
 class _Portal:
-    """One trio run in a thread of its own, hosting an asyncio loop's trees while
-    any runs. Its counters and futures belong to the loop's thread; the trio
-    thread reaches them with ``call_soon_threadsafe`` only, once per job."""
+    """One trio run in a thread of its own, hosting an asyncio loop's trees. Its
+    counters, timer and futures belong to the loop's thread; the trio thread
+    reaches them with ``call_soon_threadsafe`` only, once per job. ``trees``
+    belongs to the trio thread."""
 
     loop: asyncio.AbstractEventLoop
     token: trio.lowlevel.TrioToken | None = None
     nursery: trio.Nursery | None = None
     jobs: int = 0
     runners: set[Runner] = attrs.Factory(set)
+    trees: set[_Slot] = attrs.Factory(set)
     stop: trio.Event | None = None
     stopping: bool = False
     ready: asyncio.Future[None] | None = None
     ended: asyncio.Future[None] | None = None
+    idle_since: float = 0.0
+    idle: asyncio.TimerHandle | None = None
+    closer: AsyncGenerator[None, None] | None = None
+    thread: threading.Thread | None = None
 
     async def open(self) -> None:
-        """Start the trio thread (once it is ready, trees can be submitted)."""
+        """Start the trio thread (once it is ready, trees can be submitted), and
+        have the loop's shutdown stop it (:meth:`_closer`)."""
         self.ready = self.loop.create_future()
         self.ended = self.loop.create_future()
-        threading.Thread(target=self._thread, name="orchestra-aio", daemon=True).start()
-        await self.ready
+        self.thread = threading.Thread(target=self._thread, name="orchestra-aio", daemon=True)
+        self.thread.start()
+        self.closer = self._closer()
+        await anext(self.closer)
+        await asyncio.shield(self.ready)
+
+    async def _closer(self) -> AsyncGenerator[None, None]:
+        """Seen starting by the loop, which closes it when it shuts down (as
+        ``asyncio.run`` ends): the trio run is stopped then (any tree still
+        running is cancelled, ``SHUT_DOWN``) and its end waited for, so nothing
+        of it outlives the loop."""
+        try:
+            yield
+        finally:
+            self.shut()
+            await self.wound_down()
 
     def _thread(self) -> None:
         try:
             trio.run(self._main)
         finally:
+            if self.ready is not None:  # it never was: say why
+                failed = RuntimeError("the trio thread of orchestra.aio ended")
+                self.to_loop(partial(_settle, self.ready, exc=failed))
             if self.ended is not None:
                 self.to_loop(partial(_settle, self.ended))
 
@@ -102,23 +137,30 @@ class _Portal:
         with contextlib.suppress(RuntimeError):
             self.loop.call_soon_threadsafe(fn)
 
-    def call(self, runner: Runner, fn: Callable[[], Awaitable[_T]]) -> asyncio.Future[_T]:
+    def call(
+        self, runner: Runner, fn: Callable[[], Awaitable[_T]], slot: _Slot | None = None
+    ) -> asyncio.Future[_T]:
         """``fn()`` in the trio thread; its outcome as an asyncio future (the loop is
         woken once, when it is known: a wake-up while the tree runs would make
-        the two threads take turns at the GIL)."""
+        the two threads take turns at the GIL). ``slot``: the tree ``fn`` runs,
+        cancelled if the loop shuts down meanwhile."""
         future: asyncio.Future[_T] = self.loop.create_future()
-        self.jobs += 1
+        self.hold()
         self.runners.add(runner)
 
         async def job() -> None:
-            outcome: Callable[[], None]
+            failed = RuntimeError("the trio run of orchestra.aio stopped")
+            outcome: Callable[[], None] = partial(_settle, future, exc=failed)
+            if slot is not None:
+                self.trees.add(slot)
             try:
                 value = await fn()
-            except BaseException as exc:  # handed to the asyncio side as it is
-                outcome = partial(_settle, future, exc=exc)
-            else:
                 outcome = partial(_settle, future, value=value)
-            self.to_loop(partial(self._done, outcome))
+            except Exception as exc:  # handed to the asyncio side as it is
+                outcome = partial(_settle, future, exc=exc)
+            finally:
+                self.trees.discard(slot)
+                self.to_loop(partial(self._done, outcome))
 
         assert self.token is not None and self.nursery is not None
         nursery = self.nursery
@@ -130,37 +172,77 @@ class _Portal:
         self.let_go()
 
     def hold(self) -> None:
-        """Keep the trio run going until :meth:`let_go` (a reader of events)."""
+        """Keep the trio run going until :meth:`let_go` (a job, a reader of events)."""
         self.jobs += 1
 
     def let_go(self) -> None:
-        """One job or hold less (on the loop's thread); the last one stops the trio run."""
+        """One job or hold less (on the loop's thread); the trio run stops
+        ``LINGER`` seconds after the last one, unless a new one came meanwhile."""
         self.jobs -= 1
-        if self.jobs == 0 and self.stop is not None and not self.stopping:
-            self.stopping = True
-            stop = self.stop
-            assert self.token is not None
-            self.token.run_sync_soon(stop.set)
+        if self.jobs == 0:
+            self.idle_since = self.loop.time()
+            if self.idle is None and not self.stopping:
+                self.idle = self.loop.call_later(LINGER, self._expire)
+
+    def _expire(self) -> None:
+        self.idle = None
+        if self.jobs:
+            return
+        left = self.idle_since + LINGER - self.loop.time()
+        if left > 0:  # used again since the timer was set
+            self.idle = self.loop.call_later(left, self._expire)
+        else:
+            self.shut()
+
+    def shut(self) -> None:
+        """Stop the trio run (on the loop's thread): trees still running are
+        cancelled (``SHUT_DOWN``); :meth:`wound_down` waits for its end."""
+        if self.stopping:
+            return
+        self.stopping = True
+        if self.idle is not None:
+            self.idle.cancel()
+        self._send_halt()
+
+    def _send_halt(self, _: object = None) -> None:
+        if self.token is not None:
+            self.token.run_sync_soon(self._halt)
+        elif self.ready is not None and not self.ready.done():  # not started yet: once it is
+            self.ready.add_done_callback(self._send_halt)
+
+    def _halt(self) -> None:
+        """On the trio side."""
+        for slot in list(self.trees):
+            slot.cancel(SHUT_DOWN)
+        assert self.stop is not None
+        self.stop.set()
 
     async def wound_down(self) -> None:
-        """If this was the last tree, wait until the trio run has ended (so that
-        an ``asyncio.run`` that returns next leaves nothing of it behind)."""
+        """Wait until the trio run has ended, if it is stopping; then the loop
+        has no portal (the next tree starts one)."""
         if self.stopping and self.ended is not None:
             await asyncio.shield(self.ended)
+            if self.thread is not None:
+                self.thread.join()  # it has no more to do than to return
+            if _portals.get(self.loop) is self:
+                del _portals[self.loop]
 
     def soon(self, fn: Callable[[], object]) -> None:
-        """``fn()`` on the trio side, soon (thread-safe; not awaited)."""
+        """``fn()`` on the trio side, soon (thread-safe; not awaited), while the
+        trio run has any job."""
         if self.token is not None and self.jobs:
             self.token.run_sync_soon(fn)
 
 
 @attrs.define(eq=False)
 class _Slot:
-    """The trio side's handle of a tree :func:`run` starts, filled once it started;
-    a cancel that comes first waits in it. Used on the trio thread only."""
+    """The trio side's hold on one tree of the portal: its handle, filled once
+    it exists (a cancel that comes first waits in it), or how to cancel it
+    (a resumed tree, cancelled by its id). Used on the trio thread only."""
 
     handle: RunHandle | None = None
     reason: str | None = None
+    by_id: Callable[[str], object] | None = None
 
     def bind(self, handle: RunHandle) -> None:
         self.handle = handle
@@ -168,10 +250,12 @@ class _Slot:
             handle.cancel(self.reason)
 
     def cancel(self, reason: str) -> None:
-        if self.handle is None:
-            self.reason = reason
-        else:
+        if self.handle is not None:
             self.handle.cancel(reason)
+        elif self.by_id is not None:
+            self.by_id(reason)
+        else:
+            self.reason = reason
 
 
 def _settle(
@@ -192,8 +276,8 @@ _portals: dict[asyncio.AbstractEventLoop, _Portal] = {}
 async def _portal() -> _Portal:
     """This loop's portal, started (or started again) if it is not running.
 
-    One trio run per thread at a time: a portal winding down (its last tree
-    stopped) ends before the next one starts."""
+    A portal winding down ends before the next one starts (its trio run
+    closes the providers' pools as it ends)."""
     loop = asyncio.get_running_loop()
     while True:
         portal = _portals.get(loop)
@@ -201,15 +285,12 @@ async def _portal() -> _Portal:
             portal = _portals[loop] = _Portal(loop)
             await portal.open()
             return portal
+        assert portal.ready is not None
+        if not portal.ready.done():
+            await asyncio.shield(portal.ready)
         if not portal.stopping:
-            assert portal.ready is not None
-            await portal.ready
-            if not portal.stopping:
-                return portal
-        assert portal.ended is not None
-        await portal.ended
-        if _portals.get(loop) is portal:
-            del _portals[loop]
+            return portal
+        await portal.wound_down()
 
 
 @attrs.define(eq=False)
@@ -220,8 +301,8 @@ class Handle:
     _runner: Runner
     _portal: _Portal
     _result: asyncio.Future[RunResult]
-    _handle: RunHandle | None = None
-    """The trio side's handle of a tree started here (None: resumed)."""
+    _slot: _Slot
+    """The trio side's hold on the tree (how it is cancelled)."""
     _first: EventFeed | None = None
     """A reader subscribed when the tree started: the first :meth:`events` call
     sees the tree's first events."""
@@ -229,14 +310,7 @@ class Handle:
     def cancel(self, reason: str = "cancelled") -> None:
         """Stop the whole tree; each run ends ``interrupted`` with ``reason``.
         Returns at once; :meth:`wait` returns when every run has stopped."""
-        self._portal.soon(partial(self._cancel_now, reason))
-
-    def _cancel_now(self, reason: str) -> None:
-        """On the trio side."""
-        if self._handle is not None:
-            self._handle.cancel(reason)
-        else:
-            self._runner.cancel(self.run_id, reason)
+        self._portal.soon(partial(self._slot.cancel, reason))
 
     @property
     def done(self) -> bool:
@@ -246,7 +320,7 @@ class Handle:
     async def wait(self) -> RunResult:
         """The tree's result once it stops. Cancelling the waiting task cancels
         the tree (see the module docstring)."""
-        return await _finished(self._portal, self._result, partial(self._cancel_now, CANCELLED))
+        return await _finished(self._portal, self._result, partial(self._slot.cancel, CANCELLED))
 
     async def events(self) -> AsyncIterator[Event]:
         """Every event of the tree from now on (see :meth:`RunHandle.events`)."""
@@ -264,7 +338,6 @@ class Handle:
                 yield event
         finally:
             self._portal.let_go()
-            await self._portal.wound_down()
 
 
 async def _feed(runner: Runner, run_id: str) -> EventFeed:
@@ -288,41 +361,26 @@ async def start(
     metadata: dict[str, str] | None = None,
     continue_from: str | None = None,
 ) -> Handle:
-    """Start a tree from asyncio (as :meth:`Runner.start`); its :class:`Handle`."""
-    go = partial(
-        runner.start,
-        agent=agent,
-        task=task,
-        limits=limits,
-        run_id=run_id,
-        metadata=metadata,
-        continue_from=continue_from,
-    )
-    return await _start(runner, go, feed=True)
-
-
-async def _start(
-    runner: Runner, go: Callable[[trio.Nursery], Awaitable[RunHandle]], *, feed: bool
-) -> Handle:
-    """``go(nursery)`` in the trio thread, a reader of the tree's events subscribed
-    at once; its handle once it started (or the error that kept it from starting)."""
-    portal = await _portal()
-    started: asyncio.Future[tuple[RunHandle, EventFeed | None]] = portal.loop.create_future()
+    """Start a tree from asyncio (as :meth:`Runner.start`); its :class:`Handle`
+    once it started (or the error that kept it from starting), with a reader
+    of its events subscribed from its first."""
+    portal, slot = await _portal(), _Slot()
+    started: asyncio.Future[tuple[str, EventFeed]] = portal.loop.create_future()
+    prepare = partial(runner._prepare, agent, task, limits, run_id, metadata, continue_from)
 
     async def tree() -> RunResult:
-        async with trio.open_nursery() as nursery:
-            try:
-                handle = await go(nursery)
-            except BaseException as exc:  # the start failed: its error, as it is
-                portal.to_loop(partial(_settle, started, exc=exc))
-                raise
-            reader = handle.events() if feed else None
-            portal.to_loop(partial(_settle, started, value=(handle, reader)))
-            return await handle.wait()
+        try:
+            handle = prepare()
+        except Exception as exc:  # the start failed: its error, as it is
+            portal.to_loop(partial(_settle, started, exc=exc))
+            raise
+        slot.bind(handle)
+        portal.to_loop(partial(_settle, started, value=(handle.run_id, handle.events())))
+        return await runner._run_for(handle)
 
-    result = portal.call(runner, tree)
-    handle, events = await started
-    return Handle(handle.run_id, runner, portal, result, handle, events)
+    result = portal.call(runner, tree, slot)
+    tree_id, events = await started
+    return Handle(tree_id, runner, portal, result, slot, events)
 
 
 async def _finished(
@@ -331,14 +389,11 @@ async def _finished(
     """``result`` once the tree stopped; if the awaiting task is cancelled, the
     tree is (``cancel()`` on the trio side) and then ``CancelledError`` raised."""
     try:
-        value = await asyncio.shield(result)
+        return await asyncio.shield(result)
     except asyncio.CancelledError:
         portal.soon(cancel)
         await asyncio.shield(result)
-        await portal.wound_down()
         raise
-    await portal.wound_down()
-    return value
 
 
 async def resume(
@@ -346,10 +401,10 @@ async def resume(
 ) -> Handle:
     """Resume a stopped tree from asyncio (as :meth:`Runner.resume`); its :class:`Handle`
     (its events: from the moment it was resumed)."""
-    portal = await _portal()
+    portal, slot = await _portal(), _Slot(by_id=partial(runner.cancel, run_id))
     feed = await portal.call(runner, partial(_feed, runner, run_id))
-    result = portal.call(runner, lambda: runner.resume(run_id, agent, limits=limits, note=note))
-    return Handle(run_id, runner, portal, result, None, feed)
+    go = partial(runner.resume, run_id, agent, limits=limits, note=note)
+    return Handle(run_id, runner, portal, portal.call(runner, go, slot), slot, feed)
 
 
 async def run(
@@ -366,20 +421,11 @@ async def run(
 
     The loop is woken once, when the tree has stopped."""
     portal, slot = await _portal(), _Slot()
-    go = partial(
-        runner.start,
-        agent=agent,
-        task=task,
-        limits=limits,
-        run_id=run_id,
-        metadata=metadata,
-        continue_from=continue_from,
-    )
+    prepare = partial(runner._prepare, agent, task, limits, run_id, metadata, continue_from)
 
     async def tree() -> RunResult:
-        async with trio.open_nursery() as nursery:
-            handle = await go(nursery)
-            slot.bind(handle)
-            return await handle.wait()
+        handle = prepare()
+        slot.bind(handle)
+        return await runner._run_for(handle)
 
-    return await _finished(portal, portal.call(runner, tree), partial(slot.cancel, CANCELLED))
+    return await _finished(portal, portal.call(runner, tree, slot), partial(slot.cancel, CANCELLED))

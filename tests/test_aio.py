@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 
@@ -34,7 +35,7 @@ def test_trees_at_once_share_one_runner(box: Path) -> None:
         shared = runner()
         agent = demo_agent("research", box)
         results = await asyncio.gather(*(aio.run(shared, agent, "go") for _ in range(3)))
-        again = await aio.run(shared, agent, "go")  # a trio run of its own, after the last
+        again = await aio.run(shared, agent, "go")  # the same trio run, kept up between trees
         return [r.status for r in (*results, again)]
 
     assert asyncio.run(main()) == [Status.COMPLETED] * 4
@@ -110,3 +111,61 @@ def test_cancelling_aio_run_stops_its_tree_even_before_it_started(box: Path, wai
         return  # cancelled before it was submitted: nothing started
     saved = store.load("run_x")
     assert saved.status is Status.INTERRUPTED and saved.reason == aio.CANCELLED
+
+
+def _aio_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "orchestra-aio" and t.is_alive()]
+
+
+def test_one_trio_run_serves_a_loops_trees_one_after_another(box: Path) -> None:
+    """Between trees the trio run stays up (its thread, its pooled connections):
+    a tree after the last one does not pay for a new thread."""
+
+    async def main() -> list[list[threading.Thread]]:
+        shared, seen = runner(), []
+        for _ in range(3):
+            await aio.run(shared, demo_agent("plan", box), demo_task("plan"))
+            seen.append(_aio_threads())
+        return seen
+
+    seen = asyncio.run(main())
+    assert len(seen[0]) == 1 and seen == [seen[0]] * 3
+    assert _aio_threads() == []  # asyncio.run's shutdown ended it
+
+
+def test_a_tree_still_running_when_the_loop_shuts_down_is_interrupted(box: Path) -> None:
+    from orchestra import MemoryStore
+
+    store = MemoryStore()
+    shared = Runner(
+        provider=OpenAIProvider(base_url="http://scripted/v1", transport=ScriptedTransport()),
+        store=store,
+    )
+
+    async def main() -> None:  # returns with the tree (seconds long) running
+        await aio.start(shared, demo_agent("slow", box), demo_task("slow"), run_id="left")
+        await asyncio.sleep(0.1)
+
+    started = time.perf_counter()
+    asyncio.run(main())
+    assert time.perf_counter() - started < 1.0
+    saved = store.load("left")
+    assert (saved.status, saved.reason) == (Status.INTERRUPTED, aio.SHUT_DOWN)
+    assert _aio_threads() == []
+
+
+def test_an_idle_trio_run_stops_after_linger_and_the_next_tree_starts_another(
+    box: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(aio, "LINGER", 0.05)
+
+    async def main() -> tuple[int, int, Status]:
+        shared = runner()
+        await aio.run(shared, demo_agent("plan", box), demo_task("plan"))
+        before = len(_aio_threads())
+        await asyncio.sleep(0.3)  # idle past LINGER: the trio run stops by itself
+        after = len(_aio_threads())
+        again = await aio.run(shared, demo_agent("plan", box), demo_task("plan"))
+        return before, after, again.status
+
+    assert asyncio.run(main()) == (1, 0, Status.COMPLETED)
