@@ -38,6 +38,9 @@ class Event:
     parent_id: str | None
     at: float
     data: dict[str, Any] = attrs.field(factory=dict, converter=redact_data)
+    depth: int = 0
+    """Its run's depth in the tree (0: the root), as the runner knows it; not in
+    :meth:`to_dict` (the run's place is in its ids)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The event as one flat JSON object."""

@@ -265,6 +265,7 @@ class Runner:
             parent_id=s.parent_id,
             at=self.now(),
             data=data,
+            depth=len(run.lineage()) - 1,
         )
 
     def feed(self, root_id: str) -> EventFeed:
@@ -274,8 +275,7 @@ class Runner:
         return feed
 
     def _to_feeds(self, run: LiveRun, event: Event) -> None:
-        depth = len(run.lineage()) - 1
-        shown = attrs.evolve(event, data={**event.data, "depth": depth})
+        shown = attrs.evolve(event, data={**event.data, "depth": event.depth})
         feeds = self._feeds[event.root_id]
         for feed in feeds:
             feed.put(shown)

@@ -125,6 +125,26 @@ async def test_handle_events_carry_every_run_s_deltas_with_depth(sandbox, autoju
     assert seen[-1].type == "run_stopped" and seen[-1].run_id == result.run_id
 
 
+async def test_a_resumed_trees_events_have_each_runs_depth_from_the_first(
+    sandbox, autojump_clock
+) -> None:
+    """Sinks (``--json-events``) get the depth the runner knows: a child's first
+    event after a resume is at depth 1 though its parent's start was never seen."""
+    seen: list[Event] = []
+    runner = Runner(provider=runner_over(ScriptedTransport()).provider, sink=seen.append)
+    agent = demo_agent("slow_tree", sandbox)
+    async with trio.open_nursery() as nursery:
+        handle = await runner.start(nursery, agent, demo_task("slow_tree", 3))
+        await trio.sleep(1.0)  # the children are inside their scans
+        handle.cancel("pause")
+    seen.clear()
+    result = await runner.resume(handle.run_id, agent)
+    depths = {e.run_id: e.depth for e in seen}
+    assert depths.pop(result.run_id) == 0 and len(result.children) == 3
+    assert depths == {c.run_id: 1 for c in result.children}
+    assert all("depth" not in e.to_dict() for e in seen)  # the trace lines are as they were
+
+
 def test_a_slow_reader_gets_deltas_coalesced_and_nothing_dropped() -> None:
     feed = EventFeed()
 

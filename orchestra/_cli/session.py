@@ -18,7 +18,6 @@ import attrs
 import trio
 
 from .._events import Event, EventSink, JsonlSink, fanout
-from .._exceptions import StateError
 from .._recipes.recipe import Recipe
 from .._result import RunResult
 from .._runner import Runner
@@ -94,35 +93,12 @@ class Session:
 
 
 def _events_out(session: Session) -> EventSink | None:
-    return EventLines(session.store) if session.json_events else None
-
-
-class EventLines:
     """``--json-events``: every event, text deltas included, as a JSON line on
-    stdout, with its run's ``depth`` in the tree (0: the root). A run first seen
-    without its parent (a resumed tree) has its ancestry read from the store."""
-
-    def __init__(self, store: Store) -> None:
-        self._lines = JsonlSink(sys.stdout, deltas=True)
-        self._store = store
-        self._depths: dict[str, int] = {}
-
-    def __call__(self, event: Event) -> None:
-        depth = self._depth(event.run_id, event.parent_id)
-        self._lines(attrs.evolve(event, data={**event.data, "depth": depth}))
-
-    def _depth(self, run_id: str, parent_id: str | None) -> int:
-        known = self._depths.get(run_id)
-        if known is None:
-            above = -1 if parent_id is None else self._depth(parent_id, self._parent_of(parent_id))
-            known = self._depths[run_id] = above + 1
-        return known
-
-    def _parent_of(self, run_id: str) -> str | None:
-        try:
-            return self._store.load(run_id).parent_id
-        except StateError:  # not saved (yet), or unreadable: counted as a root
-            return None
+    stdout, with its run's ``depth`` in the tree (0: the root)."""
+    if not session.json_events:
+        return None
+    lines = JsonlSink(sys.stdout, deltas=True)
+    return lambda event: lines(attrs.evolve(event, data={**event.data, "depth": event.depth}))
 
 
 @contextlib.contextmanager
