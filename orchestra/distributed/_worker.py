@@ -284,13 +284,10 @@ class Worker:
         Its claim is given up with it: whoever takes it up after its wake
         claims it anew (see :meth:`PostgresStore.park`)."""
         try:
-            parked = await in_thread(self._store.park, run_id, step_fence())
+            return await in_thread(self._store.park, run_id, step_fence())
         except LeaseLost:
             supersede_step()
             return False
-        if parked:
-            self._taken.discard(run_id)
-        return parked
 
     async def _wake_parent(self, state: RunState) -> None:
         """``state``'s run has ended: queue its parent again if it is parked and

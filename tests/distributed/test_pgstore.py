@@ -151,7 +151,7 @@ def test_processes_starting_at_once_create_the_schema_once(pg_url: str) -> None:
 def test_unknown_store_schema_version_refused(pg_url: str) -> None:
     PostgresStore(pg_url).close()
     query(pg_url, "UPDATE orchestra_schema SET version = 99 RETURNING version")
-    with pytest.raises(StateError, match="store schema version 99; this Orchestra reads version 3"):
+    with pytest.raises(StateError, match="store schema version 99; this Orchestra reads version 4"):
         PostgresStore(pg_url)
 
 
