@@ -41,6 +41,7 @@ from .._events import EventSink
 from .._exceptions import ConfigError, LeaseLost, StateError, StoreError, StoreUnreachable
 from .._execute import execute, trio_deadline
 from .._model.provider import OpenAIProvider
+from .._model.tokens import encoding
 from .._prices import PriceTable
 from .._recipes.recipe import Recipe
 from .._run import LiveRun
@@ -168,6 +169,9 @@ class Worker:
                 # looks dead. It judges others only once DBOS runs here.
                 nursery.start_soon(self._beat)
                 await trio.to_thread.run_sync(_dbos.migrate, self.database, self._store)
+                # Before "ready": the first step of each run here counts its prompt,
+                # and building the tokenizer takes seconds on a loaded machine.
+                await trio.to_thread.run_sync(encoding)
                 self._queue = _dbos.DBOSQueue(self.database, self._store.attempt)
                 self._scripted_url = url
                 _dbos.serve(self.advance)
