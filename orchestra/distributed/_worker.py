@@ -40,11 +40,13 @@ from .._agent import Agent
 from .._events import EventSink
 from .._exceptions import ConfigError, StateError, StoreError, StoreUnreachable
 from .._execute import execute, trio_deadline
+from .._model.margin import Margin
 from .._model.provider import OpenAIProvider
+from .._model.retry import RetryPolicy
 from .._prices import PriceTable
+from .._recipes.calls import ModelCalls, ProviderOptions
 from .._recipes.recipe import Recipe
 from .._run import LiveRun
-from .._scripted.server import DEMO_API_KEY
 from .._state import RunState, Status
 from . import _dbos
 from ._host import WorkerRunner
@@ -126,7 +128,7 @@ class Worker:
     _ledger: PostgresLedger | None = attrs.field(default=None, init=False)
     _queue: _dbos.DBOSQueue | None = attrs.field(default=None, init=False)
     _scripted_url: str | None = attrs.field(default=None, init=False)
-    _providers: dict[str | None, OpenAIProvider] = attrs.field(factory=dict, init=False)
+    _providers: dict[ProviderOptions, OpenAIProvider] = attrs.field(factory=dict, init=False)
     _runners: dict[str, WorkerRunner] = attrs.field(factory=dict, init=False)
     _roots: dict[str, tuple[WorkerRunner, Agent]] = attrs.field(factory=dict, init=False)
     _running: dict[str, LiveRun] = attrs.field(factory=dict, init=False)
@@ -325,39 +327,48 @@ class Worker:
     def _rebuild(self, root: RunState) -> tuple[WorkerRunner, Agent]:
         reference = root.metadata.get(AGENTS_KEY)
         if reference is not None:
-            agent = agent_of_reference(reference)
-            prices = PriceTable(warn_unknown=self.base_url is not None)
-            return self._runner(self.base_url, prices, self.model_api_key), agent
+            return self._runner(self._submitted_calls()), agent_of_reference(reference)
         recipe = Recipe.of(root)
         if recipe.mcp:
             raise ConfigError("runs with MCP tools are not executed by workers yet")
-        agent = recipe.agent(root.limits)
-        url = None if recipe.scenario is not None else recipe.base_url
-        return self._runner(url, recipe.prices(), self.model_api_key), agent
+        return self._runner(recipe.model_calls()), recipe.agent(root.limits)
 
-    def _runner(self, base_url: str | None, prices: PriceTable, api_key: str) -> WorkerRunner:
-        key = f"{base_url}|{prices!r}"
-        runner = self._runners.get(key)
+    def _submitted_calls(self) -> ModelCalls:
+        """How runs submitted from Python (no recipe) call their model: this
+        worker's ``--base-url`` (else the embedded scripted server)."""
+        return ModelCalls(
+            provider=ProviderOptions(base_url=self.base_url),
+            prices=PriceTable(warn_unknown=self.base_url is not None),
+            retry=RetryPolicy(),
+            margin=Margin(),
+        )
+
+    def _runner(self, calls: ModelCalls) -> WorkerRunner:
+        """The runner of trees whose model calls are made as ``calls`` says (one each)."""
+        runner = self._runners.get(calls.key)
         if runner is None:
             assert self._queue is not None and self._ledger is not None
             runner = WorkerRunner(
-                provider=self._provider(base_url, api_key),
-                prices=prices,
+                provider=self._provider(calls.provider),
+                prices=calls.prices,
+                retry=calls.retry,
+                prompt_margin=calls.margin,
                 store=self._store,
                 sink=self.sink,
                 queue=self._queue,
                 ledger=self._ledger,
                 owner=self.executor_id,
             )
-            self._runners[key] = runner
+            self._runners[calls.key] = runner
         return runner
 
-    def _provider(self, base_url: str | None, api_key: str) -> OpenAIProvider:
-        provider = self._providers.get(base_url)
+    def _provider(self, options: ProviderOptions) -> OpenAIProvider:
+        """The provider built from ``options`` (one per distinct options: equal
+        ones share a connection pool), as the embedded path builds it."""
+        provider = self._providers.get(options)
         if provider is None:
-            url = base_url or self._scripted_url
-            provider = OpenAIProvider(base_url=url, api_key=api_key or DEMO_API_KEY)
-            self._providers[base_url] = provider
+            provider = options.build(scripted_url=self._scripted_url, api_key=self.model_api_key)
+            self._providers[options] = provider
         return provider
 
     # -- watcher, heartbeat, reaper ---------------------------------------------
