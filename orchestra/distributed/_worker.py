@@ -53,18 +53,32 @@ from ._host import WorkerRunner
 from ._ledger import PostgresLedger
 from ._pgstore import PostgresStore
 from ._stall import StallWatch
-from ._threads import Step, StepAbandoned, hold, in_thread, step_fence, step_superseded, stepping
+from ._threads import (
+    Step,
+    StepAbandoned,
+    hold,
+    in_thread,
+    step_fence,
+    step_superseded,
+    stepping,
+    until_reachable,
+)
 
-__all__ = ["AGENTS_KEY", "DEAD_AFTER_S", "Worker", "agent_of_reference"]
+__all__ = ["AGENTS_KEY", "DEAD_AFTER_S", "WAIT_FOR_DB_S", "Worker", "agent_of_reference"]
 
 AGENTS_KEY = "orchestra.agents"
 """Run metadata: the ``module:attribute`` of the root agent (an Agent or a
 function returning one) for runs submitted from Python."""
 
 DEAD_AFTER_S = 10.0
+"""A worker whose heartbeat is older than this is dead (its runs continue elsewhere)."""
 SUPERSEDED = "superseded"
 """What a step returns when its run's claim was taken over (its workflow ends here)."""
-"""A worker whose heartbeat is older than this is dead (its runs continue elsewhere)."""
+
+WAIT_FOR_DB_S = 60.0
+"""How long a starting worker waits for its database by default."""
+DB_POLL_S = 1.0
+"""How often a starting worker tries its database again while it is away."""
 
 EXIT_DECLARED_DEAD = 75
 """A worker's exit status when it finds itself declared dead by its peers."""
@@ -121,6 +135,9 @@ class Worker:
     poll_interval: float = 0.05
     heartbeat_s: float = 1.0
     dead_after_s: float = DEAD_AFTER_S
+    wait_for_db_s: float = WAIT_FOR_DB_S
+    """How long a worker starting while its database is away waits for it
+    (``--wait-for-db``) before it gives up (:class:`StoreUnreachable`)."""
     sink: EventSink | None = None
     on_declared_dead: Callable[[str], None] = attrs.field(factory=lambda: _exit_declared_dead)
     """Called when peers declared this worker dead (default: exit the process, 75)."""
@@ -141,15 +158,22 @@ class Worker:
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Take runs from the queue until cancelled (then DBOS is stopped).
 
+        A database that cannot be reached at the start is waited for, up to
+        :attr:`wait_for_db_s` (said once on stderr); then
+        :class:`StoreUnreachable` is raised.
+
         Cancellation: the runs executing here are interrupted like any cancel
         (their workflows stay pending in DBOS, so another worker continues them
         once this one's heartbeat is old).
         """
         from .._scripted.server import scripted_server
 
-        self._store = PostgresStore(self.database)
-        self._ledger = PostgresLedger(store=self._store, executor=self.executor_id)
-        await trio.to_thread.run_sync(self._prepare)
+        await until_reachable(
+            self._open,
+            patience_s=self.wait_for_db_s,
+            poll_s=DB_POLL_S,
+            on_away=self._say_away,
+        )
         try:
             async with scripted_server(faults=False) as url, trio.open_nursery() as nursery:
                 # Beating from the moment the row exists: DBOS's migration and
@@ -175,6 +199,28 @@ class Worker:
         finally:
             with trio.CancelScope(shield=True):
                 await self._close()
+
+    def _open(self) -> None:
+        """Open the store and ledger; make this worker's tables and row (blocking).
+
+        Raises:
+            StoreUnreachable: the database cannot be reached (nothing is left open).
+        """
+        store = PostgresStore(self.database)
+        try:
+            self._store = store
+            self._ledger = PostgresLedger(store=store, executor=self.executor_id)
+            self._prepare()
+        except BaseException:
+            store.close()
+            raise
+
+    def _say_away(self, exc: StoreUnreachable) -> None:
+        sys.stderr.write(
+            f"worker {self.executor_id}: {exc}; waiting up to {self.wait_for_db_s:g} s "
+            "for it (--wait-for-db)\n"
+        )
+        sys.stderr.flush()
 
     def _prepare(self) -> None:
         assert self._ledger is not None
