@@ -276,6 +276,9 @@ class Worker:
         claimed = await in_thread(self._store.claim, run_id, self.executor_id)
         if claimed is None:
             saved: RunState = await in_thread(self._store.load, run_id)
+            # this step's earlier try may have stopped the run and then met an
+            # outage (or its worker died) before the tree's costs were set
+            await self._reconcile_after(saved)
             return saved.status.value
         state, fence = claimed
         hold(fence)
@@ -298,10 +301,28 @@ class Worker:
             del self._running[run_id]
         if live.state.status is not Status.RUNNING:
             self._taken.discard(run_id)
-            if live.state.parent_id is None and not step_superseded():
-                assert self._ledger is not None  # the saved tree costs are the ledger's
-                await in_thread(self._ledger.reconcile, run_id)
+            if not step_superseded():
+                await self._reconcile_after(live.state)
         return live.state.status.value
+
+    async def _reconcile_after(self, stopped: RunState) -> None:
+        """Set the saved tree costs of ``stopped``'s tree to the ledger's if its
+        root has stopped: at the root's stop, and at every later stop of one
+        of its runs (a child on another worker whose last charge landed after
+        the root's reconcile: a cancelled tree, a root out of time).
+
+        Either way round one of the two sees the other: a child saves its stop
+        after its last charge and then reads the root's status; the root saves
+        its stop and then reconciles. Idempotent: a step tried again (the
+        database failed it, or its worker died) makes it again."""
+        if stopped.status is Status.RUNNING:
+            return
+        if stopped.parent_id is not None:
+            root_status: Status = await in_thread(self._store.status, stopped.root_id)
+            if root_status is Status.RUNNING:
+                return
+        assert self._ledger is not None
+        await in_thread(self._ledger.reconcile, stopped.root_id)
 
     async def _fail(self, state: RunState, reason: str) -> str:
         state.status, state.reason = Status.FAILED, reason

@@ -91,4 +91,3 @@ def test_a_worker_started_while_the_database_is_down_serves_once_it_is_up(
         proc.terminate()
         proc.wait(15)
         _drop_system_database(pg_url)
-
