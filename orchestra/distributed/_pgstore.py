@@ -27,8 +27,12 @@ each carry an epoch, increased by every taking (:meth:`PostgresStore.acquire_lea
 the row ``FOR SHARE`` and compares holder and epoch in its own transaction.
 
 Store schema versions: 1 — the tables below without epochs; 2 — leases and
-runs carry an epoch (a version 1 database is migrated in place). Several
-processes may create or migrate them at once (an advisory lock serialises that).
+runs carry an epoch; 3 — the ``live_text`` table; 4 — indexes for the
+workers' frequent queries: the running runs (the sweep) and the ledger's rows
+by tree (a root's reconcile), so neither reads the finished runs. An older
+database is migrated in place, a step per version (:data:`_MIGRATIONS`).
+Several processes may create or migrate them at once (an advisory lock
+serialises that).
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ _R = TypeVar("_R")
 
 __all__ = ["PG_SCHEMA_VERSION", "PostgresStore", "redacted"]
 
-PG_SCHEMA_VERSION = 3
+PG_SCHEMA_VERSION = 4
 """Version of the tables' layout (not of the run states inside them)."""
 
 CONNECT_TIMEOUT_S = 10
@@ -102,6 +106,14 @@ _LIVE_TEXT_TABLE = """CREATE TABLE IF NOT EXISTS live_text (
 )"""
 """What each run is streaming now (see :class:`~orchestra._stores.contract.LiveText`)."""
 
+_RUNNING_INDEX = (
+    f"CREATE INDEX IF NOT EXISTS runs_running ON runs (updated_at)"
+    f" WHERE status = '{Status.RUNNING.value}'"
+)
+"""The running runs alone (the sweep's query; a handful among many finished).
+Queries that are to use it name the status as this literal, not as a
+parameter: a generic plan cannot prove a parameter matches the predicate."""
+
 _TABLES = (
     """CREATE TABLE runs (
         run_id TEXT COLLATE "C" PRIMARY KEY,
@@ -119,6 +131,7 @@ _TABLES = (
     )""",
     "CREATE INDEX runs_root_id ON runs (root_id)",
     "CREATE INDEX runs_updated_at ON runs (updated_at)",
+    _RUNNING_INDEX,
     """CREATE TABLE messages (
         run_id TEXT COLLATE "C" NOT NULL,
         idx INTEGER NOT NULL,
@@ -170,6 +183,22 @@ _MIGRATE_FROM_1 = (
     "ALTER TABLE leases ADD COLUMN IF NOT EXISTS epoch BIGINT NOT NULL DEFAULT 0",
 )
 _MIGRATE_FROM_2 = (_LIVE_TEXT_TABLE,)
+_MIGRATE_FROM_3 = (
+    _RUNNING_INDEX,
+    # the ledger's own tables are made by PostgresLedger.create (which makes this
+    # index in a ledger it creates); one made before version 4 gets it here
+    """DO $$ BEGIN
+        IF to_regclass('ledger') IS NOT NULL THEN
+            CREATE INDEX IF NOT EXISTS ledger_root_id ON ledger (root_id);
+        END IF;
+    END $$""",
+)
+_MIGRATIONS: Mapping[int, tuple[str, ...]] = {
+    1: _MIGRATE_FROM_1,
+    2: _MIGRATE_FROM_2,
+    3: _MIGRATE_FROM_3,
+}
+"""The statements that take a database from each version to the next."""
 
 _LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 """Wait for (then hold until the transaction ends) the advisory lock named by a string."""
@@ -444,9 +473,8 @@ class PostgresStore(SQLStore):
         """Runs saved ``running`` and not saved since ``before``: (run id, attempt)."""
         rows = self._read(
             "find runs that stopped moving",
-            "SELECT run_id, attempt FROM runs WHERE status = %s AND updated_at < %s"
-            " ORDER BY run_id",
-            Status.RUNNING.value,
+            f"SELECT run_id, attempt FROM runs WHERE status = '{Status.RUNNING.value}'"
+            " AND updated_at < %s ORDER BY run_id",
             before,
         )
         return [(str(run_id), int(attempt)) for run_id, attempt in rows]
@@ -651,10 +679,10 @@ class PostgresStore(SQLStore):
                 conn.execute("INSERT INTO orchestra_schema VALUES (%s)", (PG_SCHEMA_VERSION,))
                 return
             found = [v for (v,) in conn.execute("SELECT version FROM orchestra_schema")]
-            if found in ([1], [2]):
-                steps = (*(_MIGRATE_FROM_1 if found == [1] else ()), *_MIGRATE_FROM_2)
-                for statement in steps:
-                    conn.execute(statement)
+            if len(found) == 1 and found[0] in _MIGRATIONS:
+                for version in range(found[0], PG_SCHEMA_VERSION):
+                    for statement in _MIGRATIONS[version]:
+                        conn.execute(statement)
                 conn.execute("UPDATE orchestra_schema SET version = %s", (PG_SCHEMA_VERSION,))
                 found = [PG_SCHEMA_VERSION]
         if found != [PG_SCHEMA_VERSION]:
