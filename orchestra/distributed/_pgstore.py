@@ -376,9 +376,8 @@ class PostgresStore(SQLStore):
         id, attempt)."""
         rows = self._read(
             "find runs that stopped moving",
-            "SELECT run_id, attempt FROM runs WHERE status = %s AND updated_at < %s"
-            " AND NOT parked ORDER BY run_id",
-            Status.RUNNING.value,
+            f"SELECT run_id, attempt FROM runs WHERE status = '{Status.RUNNING.value}'"
+            " AND updated_at < %s AND NOT parked ORDER BY run_id",
             before,
         )
         return [(str(run_id), int(attempt)) for run_id, attempt in rows]

@@ -21,6 +21,7 @@ from orchestra import Limits, Status
 from orchestra._exceptions import LeaseLost
 from orchestra._recipes.recipe import Recipe
 from orchestra.distributed import Cluster, PostgresStore, submit
+from orchestra.distributed._pgstore import PG_SCHEMA_VERSION
 
 BURST_S = 180.0
 """Generous: a loaded 2-core machine runs these trees in a few seconds each;
@@ -139,4 +140,4 @@ def test_a_version_3_database_gets_parking(pg_url: str) -> None:
         store.save(make_state("c", "p", parent_id="p"))
         claimed = store.claim("p", "w1")
         assert claimed is not None and store.park("p", claimed[1])
-    assert query(pg_url, "SELECT version FROM orchestra_schema") == [(4,)]
+    assert query(pg_url, "SELECT version FROM orchestra_schema") == [(PG_SCHEMA_VERSION,)]
