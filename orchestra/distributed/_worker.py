@@ -51,7 +51,16 @@ from ._host import WorkerRunner
 from ._ledger import PostgresLedger
 from ._pgstore import PostgresStore
 from ._stall import StallWatch
-from ._threads import Step, StepAbandoned, hold, in_thread, step_fence, step_superseded, stepping
+from ._threads import (
+    Step,
+    StepAbandoned,
+    hold,
+    in_thread,
+    step_abandoned,
+    step_fence,
+    step_superseded,
+    stepping,
+)
 
 __all__ = ["AGENTS_KEY", "DEAD_AFTER_S", "Worker", "agent_of_reference"]
 
@@ -245,7 +254,7 @@ class Worker:
             live.request_cancel(reason)
         self._running[run_id] = live
         try:
-            await execute(live, one_step=True, announce=first)
+            await self._steps_of(live, announce=first)
         finally:
             del self._running[run_id]
         if live.state.status is not Status.RUNNING:
@@ -254,6 +263,29 @@ class Worker:
                 assert self._ledger is not None  # the saved tree costs are the ledger's
                 await in_thread(self._ledger.reconcile, run_id)
         return live.state.status.value
+
+    async def _steps_of(self, live: LiveRun, *, announce: bool) -> None:
+        """Execute the run's steps here, one after another, under the one claim taken
+        for them, until it leaves ``running`` (or :meth:`_goes_on` says otherwise).
+
+        Why one claim and one DBOS step may cover several run steps: every step
+        saves what it did to the run store before the next begins (the reply
+        before its tools run, each tool's result), and the store is what any
+        worker continues from: a worker that dies here costs the step in
+        flight only, as with a DBOS step per run step. In between, nothing is
+        read back: the live run is the saved state (every save is fenced by the
+        claim, so a takeover stops this loop at its next save, which is
+        refused), the ledger's numbers are loaded again, locked, by each budget
+        decision, and a cancel reaches the run through the watcher (it stays
+        in ``_running`` throughout).
+        """
+        await execute(live, one_step=True, announce=announce)
+        while self._goes_on(live):
+            await execute(live, one_step=True, announce=False)
+
+    def _goes_on(self, live: LiveRun) -> bool:
+        """Whether the run's next step executes in the same claim as the last."""
+        return live.state.status is Status.RUNNING and not (step_superseded() or step_abandoned())
 
     async def _fail(self, state: RunState, reason: str) -> str:
         state.status, state.reason = Status.FAILED, reason
