@@ -15,10 +15,12 @@ the steps, the loop runs three small tasks:
   pending workflows again, and any live
   worker takes them up where their store state says they were.
 
-Runs are rebuilt from the store at each step: the state, its ancestors as
-read-only snapshots (their limits bound the run; their spend and
-reservations come from the ledger, locked, at each budget decision), and
-the agent, from the root run's recipe (``orchestra demo``/``run``) or from
+A run taken up (claimed) here executes its steps one after another, each
+saved before the next, until it stops (one DBOS step covers them: see
+:meth:`Worker._steps_of`). Runs are rebuilt from the store at each claim:
+the state, its ancestors as read-only snapshots (their limits bound the
+run; their spend and reservations come from the ledger, locked, at each
+budget decision), and the agent, from the root run's recipe (``orchestra demo``/``run``) or from
 an import reference (``orchestra.distributed.submit(agents="pkg.mod:attr")``).
 """
 
@@ -57,6 +59,7 @@ from ._threads import (
     hold,
     in_thread,
     step_abandoned,
+    step_done,
     step_fence,
     step_superseded,
     stepping,
@@ -212,9 +215,14 @@ class Worker:
         claim was taken over during the step: a peer declared this worker dead
         and continues the run, or a cancel stopped it in the database.
 
+        The step executes the run's steps until it stops (see :meth:`_steps_of`).
+        If the database goes away after some of them completed, it returns
+        ``running``: what they did is saved, and the rest is the workflow's next
+        DBOS step, with its own tries.
+
         Raises:
-            StepAbandoned: the database went away during the step (nothing
-                more of it was saved; DBOS tries it again).
+            StepAbandoned: the database went away before any run step of this
+                step completed (nothing more of it was saved; DBOS tries it again).
         """
         status = SUPERSEDED
         with stepping() as step:
@@ -222,10 +230,17 @@ class Worker:
             try:
                 with step.scope:
                     status = await self._step(run_id)
+            except StepAbandoned:
+                if not step.done:
+                    raise
             finally:
                 self._steps.discard(step)
         if step.superseded:
             return SUPERSEDED
+        if step.abandoned and step.done:
+            # The run steps completed here are saved: the rest is a DBOS step of its
+            # own (the workflow's next), with its own tries while the database is away.
+            return Status.RUNNING.value
         if step.abandoned:
             raise StepAbandoned(
                 f"run {run_id}: this worker froze and cannot tell whether it "
@@ -266,26 +281,27 @@ class Worker:
 
     async def _steps_of(self, live: LiveRun, *, announce: bool) -> None:
         """Execute the run's steps here, one after another, under the one claim taken
-        for them, until it leaves ``running`` (or :meth:`_goes_on` says otherwise).
+        for them, until it leaves ``running`` or :meth:`_pauses` says to stop.
 
         Why one claim and one DBOS step may cover several run steps: every step
         saves what it did to the run store before the next begins (the reply
         before its tools run, each tool's result), and the store is what any
-        worker continues from: a worker that dies here costs the step in
+        worker continues from, so a worker that dies here costs the step in
         flight only, as with a DBOS step per run step. In between, nothing is
         read back: the live run is the saved state (every save is fenced by the
-        claim, so a takeover stops this loop at its next save, which is
-        refused), the ledger's numbers are loaded again, locked, by each budget
-        decision, and a cancel reaches the run through the watcher (it stays
-        in ``_running`` throughout).
+        claim: a takeover stops the run at its next save, which is refused),
+        the ledger's numbers are loaded again, locked, by each budget decision,
+        and a cancel reaches the run through the watcher (it is in
+        ``_running`` throughout).
         """
-        await execute(live, one_step=True, announce=announce)
-        while self._goes_on(live):
-            await execute(live, one_step=True, announce=False)
+        await execute(live, pause=self._pauses, announce=announce)
 
-    def _goes_on(self, live: LiveRun) -> bool:
-        """Whether the run's next step executes in the same claim as the last."""
-        return live.state.status is Status.RUNNING and not (step_superseded() or step_abandoned())
+    def _pauses(self, live: LiveRun) -> bool:
+        """After each run step (counted: see :meth:`advance`): whether the run, still
+        ``running``, stops executing here (saved as it is; its workflow's next
+        step takes it up again)."""
+        step_done()
+        return step_superseded() or step_abandoned()
 
     async def _fail(self, state: RunState, reason: str) -> str:
         state.status, state.reason = Status.FAILED, reason
