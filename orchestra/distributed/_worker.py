@@ -48,6 +48,7 @@ from .._recipes.recipe import Recipe
 from .._run import LiveRun
 from .._scripted.server import DEMO_API_KEY
 from .._state import RunState, Status
+from .._stores.fence import Fence
 from . import _dbos
 from ._host import WorkerRunner
 from ._ledger import PostgresLedger
@@ -249,21 +250,23 @@ class Worker:
         return status
 
     async def _step(self, run_id: str) -> str:
-        claimed = await in_thread(self._store.claim, run_id, self.executor_id)
-        if claimed is None:
+        taken = await in_thread(self._take, run_id)
+        if taken is None:
             saved: RunState = await in_thread(self._store.load, run_id)
             return saved.status.value
-        state, fence = claimed
+        (state, fence), cancels = taken
         hold(fence)
         try:
             live = await self._live(state)
+            # No call of the run is in flight: any hold is stale. The lineage's
+            # numbers are loaded from the ledger in the same transaction.
+            await self._settle_lost(live)
         except (ConfigError, StateError) as exc:  # cannot be rebuilt here: fails, as data
             return await self._fail(state, f"the worker cannot execute this run: {exc}")
         assert isinstance(live.runner, WorkerRunner)
         first = run_id not in self._taken
         self._taken.add(run_id)
-        await self._settle_lost(live)  # no call of the run is in flight: any hold is stale
-        self._cancels.update(await in_thread(self._store.cancels_of, [state.root_id]))
+        self._cancels.update(cancels)
         reason = self._cancel_of(live)
         if reason is not None:
             live.request_cancel(reason)
@@ -278,6 +281,14 @@ class Worker:
                 assert self._ledger is not None  # the saved tree costs are the ledger's
                 await in_thread(self._ledger.reconcile, run_id)
         return live.state.status.value
+
+    def _take(self, run_id: str) -> tuple[tuple[RunState, Fence], dict[str, str]] | None:
+        """Claim ``run_id`` (its state and fence) and read its tree's cancel requests;
+        None if it is not running (blocking: one thread hop for both)."""
+        claimed = self._store.claim(run_id, self.executor_id)
+        if claimed is None:
+            return None
+        return claimed, self._store.cancels_of([claimed[0].root_id])
 
     async def _steps_of(self, live: LiveRun, *, announce: bool) -> None:
         """Execute the run's steps here, one after another, under the one claim taken
@@ -311,7 +322,8 @@ class Worker:
         return state.status.value
 
     async def _live(self, state: RunState) -> LiveRun:
-        """The run, live, under snapshots of its ancestors (numbers from the ledger)."""
+        """The run, live, under snapshots of its ancestors (their numbers are loaded
+        from the ledger next, by :meth:`_settle_lost`)."""
         lineage: list[RunState] = []
         parent_id = state.parent_id
         while parent_id is not None:
@@ -323,10 +335,7 @@ class Worker:
         node: LiveRun | None = None
         for ancestor in reversed(lineage):
             node = self._node(ancestor, root_agent, runner, node)
-        live = self._node(state, root_agent, runner, node)
-        assert self._ledger is not None
-        await self._ledger.refresh(live)
-        return live
+        return self._node(state, root_agent, runner, node)
 
     def _node(
         self, state: RunState, root_agent: Agent, runner: WorkerRunner, parent: LiveRun | None
