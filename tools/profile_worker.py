@@ -285,6 +285,9 @@ def model_calls(url: str, roots: Sequence[str]) -> int:
 @contextmanager
 def worker(url: str, concurrency: int, logs: Path) -> Iterator[subprocess.Popen[bytes]]:
     log = logs / "worker.log"
+    import orchestra  # the worker runs the checkout this process imports (PYTHONPATH)
+
+    checkout = Path(orchestra.__file__).resolve().parents[1]
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [
@@ -299,7 +302,7 @@ def worker(url: str, concurrency: int, logs: Path) -> Iterator[subprocess.Popen[
                 "--concurrency",
                 str(concurrency),
             ],
-            cwd=ROOT,
+            cwd=checkout,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
