@@ -103,6 +103,7 @@ def reopen_state(
         state.limits = after
     state.status, state.reason, state.interruption, state.error = Status.RUNNING, "", None, None
     state.answer_partial = False  # a wound-down run that goes on answers again
+    state.awaiting.clear()  # resumed: so are its interrupted children
 
 
 def load_live(runner: Host, run_id: str, agent: Agent, parent: LiveRun | None) -> LiveRun:
