@@ -311,9 +311,11 @@ class PostgresLedger:
 
     async def settle_lost(self, run: LiveRun) -> Usage | None:
         """Charge a hold left by a call whose outcome was never recorded (its
-        worker died mid-call, or its release gave up), at its reservation.
+        worker died mid-call, or its release gave up), at its reservation; and
+        load the lineage's numbers either way (as :meth:`refresh`), in the same
+        transaction.
 
-        Call it before each step of ``run`` (no call of the run is in flight
+        Call it when ``run`` is taken up (no call of the run is in flight
         then). Returns what was charged (None: no hold was left).
         """
         return await self._in_step(in_thread, self._settle_lost, run)
@@ -325,6 +327,7 @@ class PostgresLedger:
                 (run.state.run_id,),
             ).fetchone()
             if row is None:
+                self._decided(conn, run, lambda: None)  # a refresh: nothing decided
                 return None
             pico, tokens, turns = row
             lost = Usage(model_calls=1, prompt_tokens=tokens, cost_pico=pico)

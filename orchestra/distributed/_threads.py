@@ -42,6 +42,7 @@ __all__ = [
     "hold",
     "in_thread",
     "step_abandoned",
+    "step_done",
     "step_fence",
     "step_superseded",
     "stepping",
@@ -63,13 +64,15 @@ class StepAbandoned(BaseException):
 
 class Step:
     """One step of one run on this worker: ``abandoned`` once the database failed it,
-    ``superseded`` once its claim (``fence``) was taken over; ``scope`` stops it."""
+    ``superseded`` once its claim (``fence``) was taken over; ``scope`` stops it;
+    ``done``: the run steps it completed (a DBOS step may cover several)."""
 
-    __slots__ = ("abandoned", "fence", "scope", "superseded")
+    __slots__ = ("abandoned", "done", "fence", "scope", "superseded")
 
     def __init__(self) -> None:
         self.abandoned = False
         self.superseded = False
+        self.done = 0
         self.fence: Fence | None = None
         self.scope = trio.CancelScope()
 
@@ -105,6 +108,13 @@ def hold(fence: Fence) -> None:
     step = _step.get()
     if step is not None:
         step.fence = fence
+
+
+def step_done() -> None:
+    """The current step completed one run step (saved it); outside a step, nothing to do."""
+    step = _step.get()
+    if step is not None:
+        step.done += 1
 
 
 def step_fence() -> Fence | None:

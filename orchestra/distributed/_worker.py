@@ -15,10 +15,12 @@ the steps, the loop runs three small tasks:
   pending workflows again, and any live
   worker takes them up where their store state says they were.
 
-Runs are rebuilt from the store at each step: the state, its ancestors as
-read-only snapshots (their limits bound the run; their spend and
-reservations come from the ledger, locked, at each budget decision), and
-the agent, from the root run's recipe (``orchestra demo``/``run``) or from
+A run taken up (claimed) here executes its steps one after another, each
+saved before the next, until it stops (one DBOS step covers them: see
+:meth:`Worker._steps_of`). Runs are rebuilt from the store at each claim:
+the state, its ancestors as read-only snapshots (their limits bound the
+run; their spend and reservations come from the ledger, locked, at each
+budget decision), and the agent, from the root run's recipe (``orchestra demo``/``run``) or from
 an import reference (``orchestra.distributed.submit(agents="pkg.mod:attr")``).
 """
 
@@ -49,6 +51,7 @@ from .._recipes.calls import ModelCalls, ProviderOptions
 from .._recipes.recipe import Recipe
 from .._run import LiveRun
 from .._state import RunState, Status
+from .._stores.fence import Fence
 from . import _dbos
 from ._host import WorkerRunner
 from ._ledger import PostgresLedger
@@ -59,6 +62,8 @@ from ._threads import (
     StepAbandoned,
     hold,
     in_thread,
+    step_abandoned,
+    step_done,
     step_fence,
     step_superseded,
     stepping,
@@ -262,9 +267,14 @@ class Worker:
         :data:`PARKED` (which ends it too) if the run now waits for children
         executing elsewhere.
 
+        The step executes the run's steps until it stops (see :meth:`_steps_of`).
+        If the database goes away after some of them completed, it returns
+        ``running``: what they did is saved, and the rest is the workflow's next
+        DBOS step, with its own tries.
+
         Raises:
-            StepAbandoned: the database went away during the step (nothing
-                more of it was saved; DBOS tries it again).
+            StepAbandoned: the database went away before any run step of this
+                step completed (nothing more of it was saved; DBOS tries it again).
         """
         status = SUPERSEDED
         with stepping() as step:
@@ -272,10 +282,17 @@ class Worker:
             try:
                 with step.scope:
                     status = await self._step(run_id)
+            except StepAbandoned:
+                if not step.done:
+                    raise
             finally:
                 self._steps.discard(step)
         if step.superseded:
             return SUPERSEDED
+        if step.abandoned and step.done:
+            # The run steps completed here are saved: the rest is a DBOS step of its
+            # own (the workflow's next), with its own tries while the database is away.
+            return Status.RUNNING.value
         if step.abandoned:
             raise StepAbandoned(
                 f"run {run_id}: this worker froze and cannot tell whether it "
@@ -284,8 +301,8 @@ class Worker:
         return status
 
     async def _step(self, run_id: str) -> str:
-        claimed = await in_thread(self._store.claim, run_id, self.executor_id)
-        if claimed is None:  # stopped (maybe in the database), or parked
+        taken = await in_thread(self._take, run_id)
+        if taken is None:  # stopped (maybe in the database), or parked
             saved: RunState = await in_thread(self._store.load, run_id)
             if saved.status is Status.RUNNING:
                 return PARKED
@@ -293,23 +310,25 @@ class Worker:
             # outage (or its worker died) before the tree's costs were set
             await self._end_of(saved)
             return saved.status.value
-        state, fence = claimed
+        (state, fence), cancels = taken
         hold(fence)
         try:
             live = await self._live(state)
+            # No call of the run is in flight: any hold is stale. The lineage's
+            # numbers are loaded from the ledger in the same transaction.
+            await self._settle_lost(live)
         except (ConfigError, StateError) as exc:  # cannot be rebuilt here: fails, as data
             return await self._fail(state, f"the worker cannot execute this run: {exc}")
         assert isinstance(live.runner, WorkerRunner)
         first = run_id not in self._taken
         self._taken.add(run_id)
-        await self._settle_lost(live)  # no call of the run is in flight: any hold is stale
-        self._cancels.update(await in_thread(self._store.cancels_of, [state.root_id]))
+        self._cancels.update(cancels)
         reason = self._cancel_of(live)
         if reason is not None:
             live.request_cancel(reason)
         self._running[run_id] = live
         try:
-            await execute(live, one_step=True, announce=first)
+            await self._steps_of(live, announce=first)
         finally:
             del self._running[run_id]
         if step_superseded():
@@ -325,6 +344,38 @@ class Worker:
         then its parent's wake."""
         await self._reconcile_after(stopped)
         await self._wake_parent(stopped)
+
+    def _take(self, run_id: str) -> tuple[tuple[RunState, Fence], dict[str, str]] | None:
+        """Claim ``run_id`` (its state and fence) and read its tree's cancel requests;
+        None if it is not running (blocking: one thread hop for both)."""
+        claimed = self._store.claim(run_id, self.executor_id)
+        if claimed is None:
+            return None
+        return claimed, self._store.cancels_of([claimed[0].root_id])
+
+    async def _steps_of(self, live: LiveRun, *, announce: bool) -> None:
+        """Execute the run's steps here, one after another, under the one claim taken
+        for them, until it leaves ``running`` or :meth:`_pauses` says to stop.
+
+        Why one claim and one DBOS step may cover several run steps: every step
+        saves what it did to the run store before the next begins (the reply
+        before its tools run, each tool's result), and the store is what any
+        worker continues from, so a worker that dies here costs the step in
+        flight only, as with a DBOS step per run step. In between, nothing is
+        read back: the live run is the saved state (every save is fenced by the
+        claim: a takeover stops the run at its next save, which is refused),
+        the ledger's numbers are loaded again, locked, by each budget decision,
+        and a cancel reaches the run through the watcher (it is in
+        ``_running`` throughout).
+        """
+        await execute(live, pause=self._pauses, announce=announce)
+
+    def _pauses(self, live: LiveRun) -> bool:
+        """After each run step (counted: see :meth:`advance`): whether the run, still
+        ``running``, stops executing here (saved as it is; its workflow's next
+        step takes it up again)."""
+        step_done()
+        return step_superseded() or step_abandoned()
 
     async def _park(self, run_id: str) -> bool:
         """Park the run (its calls wait for children executing elsewhere) unless
@@ -376,7 +427,8 @@ class Worker:
         return state.status.value
 
     async def _live(self, state: RunState) -> LiveRun:
-        """The run, live, under snapshots of its ancestors (numbers from the ledger)."""
+        """The run, live, under snapshots of its ancestors (their numbers are loaded
+        from the ledger next, by :meth:`_settle_lost`)."""
         lineage: list[RunState] = []
         parent_id = state.parent_id
         while parent_id is not None:
@@ -388,10 +440,7 @@ class Worker:
         node: LiveRun | None = None
         for ancestor in reversed(lineage):
             node = self._node(ancestor, root_agent, runner, node)
-        live = self._node(state, root_agent, runner, node)
-        assert self._ledger is not None
-        await self._ledger.refresh(live)
-        return live
+        return self._node(state, root_agent, runner, node)
 
     def _node(
         self, state: RunState, root_agent: Agent, runner: WorkerRunner, parent: LiveRun | None
