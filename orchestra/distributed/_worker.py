@@ -37,7 +37,7 @@ import attrs
 import trio
 
 from .._agent import Agent
-from .._events import EventSink
+from .._events import EventSink, fanout
 from .._exceptions import ConfigError, LeaseLost, StateError, StoreError, StoreUnreachable
 from .._execute import execute, trio_deadline
 from .._model.provider import OpenAIProvider
@@ -49,6 +49,7 @@ from .._state import RunState, Status
 from . import _dbos
 from ._host import WorkerRunner
 from ._ledger import PostgresLedger
+from ._notify import LivePublisher, create_schema
 from ._pgstore import PostgresStore
 from ._stall import StallWatch
 from ._threads import (
@@ -148,6 +149,8 @@ class Worker:
     _launched: bool = attrs.field(default=False, init=False)
     _steps: set[Step] = attrs.field(factory=set, init=False)
     """The steps executing here now."""
+    _publisher: LivePublisher | None = attrs.field(default=None, init=False)
+    """Sends the events of trees that clients follow to them (see :mod:`._notify`)."""
 
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Take runs from the queue until cancelled (then DBOS is stopped).
@@ -160,9 +163,11 @@ class Worker:
 
         self._store = PostgresStore(self.database)
         self._ledger = PostgresLedger(store=self._store, executor=self.executor_id)
+        self._publisher = LivePublisher(self.database, self.executor_id)
         await trio.to_thread.run_sync(self._prepare)
         try:
             async with scripted_server(faults=False) as url, trio.open_nursery() as nursery:
+                nursery.start_soon(self._publisher.run)
                 # Beating from the moment the row exists: DBOS's migration and
                 # launch take seconds on a loaded machine, and a silent worker
                 # looks dead. It judges others only once DBOS runs here.
@@ -193,6 +198,7 @@ class Worker:
         with self._store.transaction() as conn:
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('orchestra.workers'))")
             conn.execute(_WORKERS_TABLE)
+            create_schema(conn)
         self._heartbeat(first=True, judge=False)
 
     async def _close(self) -> None:
@@ -392,7 +398,7 @@ class Worker:
                 provider=self._provider(base_url, api_key),
                 prices=prices,
                 store=self._store,
-                sink=self.sink,
+                sink=fanout(self.sink, self._publisher),
                 queue=self._queue,
                 ledger=self._ledger,
                 owner=self.executor_id,
