@@ -144,12 +144,50 @@ def workers(url: str, logs: Path) -> Iterator[dict[str, subprocess.Popen[bytes]]
             proc.wait()
 
 
-def wait(check: Callable[[], Any], what: str, timeout: float = WAIT_S) -> None:
+def wait(
+    check: Callable[[], Any],
+    what: str,
+    timeout: float = WAIT_S,
+    explain: Callable[[], str] | None = None,
+) -> None:
+    """Poll ``check`` until it holds; at ``timeout``, exit naming ``what`` (and, with
+    ``explain``, what the cluster was doing then)."""
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
-            sys.exit(f"timed out waiting for {what}")
+            said = f"timed out after {timeout:.0f} s waiting for {what}"
+            sys.exit(f"{said}\n{explain()}" if explain is not None else said)
         time.sleep(0.02)
+
+
+def describe(cluster: Cluster) -> str:
+    """Every run (status, turns, executor) and every workflow not ended (which
+    worker holds it): what holds the workers' slots when a wait times out."""
+    import psycopg
+
+    from orchestra.distributed._dbos import system_url
+
+    lines = ["runs (tree, run, status, turns, executor):"]
+    with cluster.store.transaction() as conn:
+        roots = conn.execute(
+            "SELECT run_id FROM runs WHERE parent_id IS NULL ORDER BY created_at"
+        ).fetchall()
+    for (root,) in roots:
+        ran = executors(cluster, root)
+        for s in cluster.store.tree(root):
+            kind = "root " if s.parent_id is None else "child"
+            lines.append(
+                f"  {root} {kind} {s.run_id} {s.status.value} turns={s.turns} "
+                f"on={ran.get(s.run_id)}"
+            )
+    with psycopg.connect(system_url(cluster.store.path)) as conn:
+        flows = conn.execute(
+            "SELECT workflow_uuid, status, executor_id, queue_name FROM dbos.workflow_status "
+            "WHERE status IN ('PENDING', 'ENQUEUED') ORDER BY created_at"
+        ).fetchall()
+    lines.append(f"workflows not ended ({len(flows)}): id, status, executor, queue")
+    lines += [f"  {' '.join(str(c) for c in flow)}" for flow in flows]
+    return "\n".join(lines)
 
 
 def executors(cluster: Cluster, root_id: str) -> dict[str, str]:
@@ -177,7 +215,7 @@ def done(cluster: Cluster, root: str) -> bool:
 
 def spread_and_spend(cluster: Cluster) -> dict[str, Any]:
     root = start_tree(cluster)
-    wait(lambda: done(cluster, root), "the research tree")
+    wait(lambda: done(cluster, root), "the research tree", explain=lambda: describe(cluster))
     states = cluster.store.tree(root)
     ran = executors(cluster, root)
     top = next(s for s in states if s.run_id == root)
@@ -192,7 +230,11 @@ def spread_and_spend(cluster: Cluster) -> dict[str, Any]:
 
 def cancel_ms(cluster: Cluster) -> tuple[float, int]:
     root = start_tree(cluster)
-    wait(lambda: scanning(cluster, root), "children inside their scans")
+    wait(
+        lambda: scanning(cluster, root),
+        "children inside their scans",
+        explain=lambda: describe(cluster),
+    )
     time.sleep(1.2)
     asked = time.monotonic()
     states = cancel_tree(cluster, root, "stop", wait_s=10)
@@ -202,13 +244,21 @@ def cancel_ms(cluster: Cluster) -> tuple[float, int]:
 
 def kill_worker(cluster: Cluster, procs: dict[str, Any]) -> tuple[float, int, int]:
     root = start_tree(cluster)
-    wait(lambda: scanning(cluster, root), "children inside their scans")
+    wait(
+        lambda: scanning(cluster, root),
+        "children inside their scans",
+        explain=lambda: describe(cluster),
+    )
     time.sleep(1.0)
     ran = executors(cluster, root)
     victim = Counter(ran[r] for r, e in ran.items() if r != root).most_common(1)[0][0]
     procs[victim].send_signal(signal.SIGKILL)
     killed = time.monotonic()
-    wait(lambda: done(cluster, root), "the tree after the kill")
+    wait(
+        lambda: done(cluster, root),
+        "the tree after the kill",
+        explain=lambda: describe(cluster),
+    )
     took = time.monotonic() - killed
     completed = sum(s.status is Status.COMPLETED for s in cluster.store.tree(root))
     calls = Counter((r["run_id"], r["turn"]) for r in ledger_rows(cluster, root))

@@ -23,6 +23,7 @@ from . import (
     memory,
     persistence,
     report,
+    scaleout,
     startup,
     tracing,
     trees,
@@ -39,6 +40,7 @@ SECTIONS: dict[str, ModuleType] = {
     "tracing": tracing,
     "counting": counting,
     "startup": startup,
+    "scaleout": scaleout,
 }
 TITLES = {
     "turn_overhead": "Overhead per turn",
@@ -50,6 +52,7 @@ TITLES = {
     "tracing": "Tracing on vs off",
     "counting": "Prompt-count cost per turn",
     "startup": "CLI start-up",
+    "scaleout": "Scale-out: workers over PostgreSQL",
 }
 EXPECTED_TARGETS = {
     "turn_overhead": ["client CPU per turn over HTTP ≤ 1.1× bare"],
@@ -58,10 +61,16 @@ EXPECTED_TARGETS = {
     "trees": ["10×10×10 ≤ 1.2× flat per model call"],
     "cancel": ["cancel of a 100-run tree with SQLite ≤ 10 ms"],
     "persistence": ["SQLite save at turn 500 ≤ 2× turn 10"],
+    "scaleout": [
+        "worker CPU per model call ≤ 3× embedded",
+        "trees/s 1 → 4 workers ≥ 3.5× (200 ms latency)",
+        "a burst of 10× the cluster's slots completes",
+    ],
 }
-TIMEOUT_S = {"concurrency": 480.0}
+TIMEOUT_S = {"concurrency": 480.0, "scaleout": 1200.0}
 DEFAULT_TIMEOUT_S = 240.0
-QUICK_TIMEOUT_S = 120.0
+QUICK_TIMEOUT_S = {"scaleout": 420.0}
+DEFAULT_QUICK_TIMEOUT_S = 120.0
 
 
 def _markdown_doc(module: ModuleType) -> str:
@@ -107,7 +116,11 @@ def main(
     for sid in only or list(SECTIONS):
         print(f"[{time.perf_counter() - started:6.1f} s] {TITLES[sid]} ...", file=sys.stderr)
         t0 = time.perf_counter()
-        timeout = QUICK_TIMEOUT_S if quick else TIMEOUT_S.get(sid, DEFAULT_TIMEOUT_S)
+        timeout = (
+            QUICK_TIMEOUT_S.get(sid, DEFAULT_QUICK_TIMEOUT_S)
+            if quick
+            else TIMEOUT_S.get(sid, DEFAULT_TIMEOUT_S)
+        )
         try:
             line = common.run_worker("section", {"id": sid, "quick": quick}, timeout)
             sec = line["section"]
