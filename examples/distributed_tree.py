@@ -37,6 +37,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -160,14 +161,24 @@ def wait(
         time.sleep(0.02)
 
 
-def describe(cluster: Cluster) -> str:
-    """Every run (status, turns, executor) and every workflow not ended (which
-    worker holds it): what holds the workers' slots when a wait times out."""
+Explain = Callable[[], str]
+
+
+def describe(cluster: Cluster, procs: dict[str, subprocess.Popen[bytes]], logs: Path) -> str:
+    """Every worker (alive or its exit code, its log's last lines), every run (status,
+    turns, executor) and every workflow not ended (which worker holds it): what holds
+    the workers' slots when a wait times out."""
     import psycopg
 
     from orchestra.distributed._dbos import system_url
 
-    lines = ["runs (tree, run, status, turns, executor):"]
+    lines = []
+    for name, proc in procs.items():
+        code = proc.poll()
+        tail = (logs / f"{name}.log").read_text(errors="replace").splitlines()[-5:]
+        lines.append(f"worker {name}: {'running' if code is None else f'exited {code}'}")
+        lines += [f"  | {line}" for line in tail]
+    lines.append("runs (tree, run, status, turns, executor):")
     with cluster.store.transaction() as conn:
         roots = conn.execute(
             "SELECT run_id FROM runs WHERE parent_id IS NULL ORDER BY created_at"
@@ -213,9 +224,9 @@ def done(cluster: Cluster, root: str) -> bool:
     return cluster.store.load(root).status is not Status.RUNNING
 
 
-def spread_and_spend(cluster: Cluster) -> dict[str, Any]:
+def spread_and_spend(cluster: Cluster, explain: Explain) -> dict[str, Any]:
     root = start_tree(cluster)
-    wait(lambda: done(cluster, root), "the research tree", explain=lambda: describe(cluster))
+    wait(lambda: done(cluster, root), "the research tree", explain=explain)
     states = cluster.store.tree(root)
     ran = executors(cluster, root)
     top = next(s for s in states if s.run_id == root)
@@ -228,12 +239,12 @@ def spread_and_spend(cluster: Cluster) -> dict[str, Any]:
     }
 
 
-def cancel_ms(cluster: Cluster) -> tuple[float, int]:
+def cancel_ms(cluster: Cluster, explain: Explain) -> tuple[float, int]:
     root = start_tree(cluster)
     wait(
         lambda: scanning(cluster, root),
         "children inside their scans",
-        explain=lambda: describe(cluster),
+        explain=explain,
     )
     time.sleep(1.2)
     asked = time.monotonic()
@@ -242,12 +253,14 @@ def cancel_ms(cluster: Cluster) -> tuple[float, int]:
     return ms, sum(s.status is Status.INTERRUPTED for s in states)
 
 
-def kill_worker(cluster: Cluster, procs: dict[str, Any]) -> tuple[float, int, int]:
+def kill_worker(
+    cluster: Cluster, procs: dict[str, Any], explain: Explain
+) -> tuple[float, int, int]:
     root = start_tree(cluster)
     wait(
         lambda: scanning(cluster, root),
         "children inside their scans",
-        explain=lambda: describe(cluster),
+        explain=explain,
     )
     time.sleep(1.0)
     ran = executors(cluster, root)
@@ -257,7 +270,7 @@ def kill_worker(cluster: Cluster, procs: dict[str, Any]) -> tuple[float, int, in
     wait(
         lambda: done(cluster, root),
         "the tree after the kill",
-        explain=lambda: describe(cluster),
+        explain=explain,
     )
     took = time.monotonic() - killed
     completed = sum(s.status is Status.COMPLETED for s in cluster.store.tree(root))
@@ -270,7 +283,8 @@ def main() -> int:
     parser.add_argument("--store", default=os.environ.get("ORCHESTRA_PG_URL"))
     args = parser.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="orchestra-example-workers."))
-    sandbox = make_sandbox(Path(tempfile.mkdtemp(prefix="orchestra-example-box.")))
+    box = Path(tempfile.mkdtemp(prefix="orchestra-example-box."))
+    sandbox = make_sandbox(box)
     os.environ[SANDBOX_ENV] = str(sandbox)  # for tree_agent(), here and in the workers
     with (
         server(args.store) as url,
@@ -278,9 +292,12 @@ def main() -> int:
         workers(db, logs) as procs,
         Cluster(db) as cluster,
     ):
-        tree = spread_and_spend(cluster)
-        ms, interrupted = cancel_ms(cluster)
-        took, completed, twice = kill_worker(cluster, procs)
+        explain = partial(describe, cluster, procs, logs)
+        tree = spread_and_spend(cluster, explain)
+        ms, interrupted = cancel_ms(cluster, explain)
+        took, completed, twice = kill_worker(cluster, procs, explain)
+    shutil.rmtree(logs, ignore_errors=True)  # kept (their tails printed) if a wait timed out
+    shutil.rmtree(box, ignore_errors=True)
     runs = CHILDREN + 1
     print(f"{WORKERS} workers, a tree of 1 + {CHILDREN} runs ({runs} runs)")
     print(f"{'claim':<44} {'measured':>20}")
