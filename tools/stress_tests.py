@@ -75,13 +75,25 @@ def run_once(selection: Sequence[str], log: Path, timeout_s: float) -> tuple[boo
         try:
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            with suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            _kill_group(proc)
             out.write(f"\n[stress] killed: still running after {timeout_s:.0f} s\n".encode())
             return False, time.monotonic() - started, f"timed out after {timeout_s:.0f} s"
+        except BaseException:  # Ctrl-C or SIGTERM: the run's processes go too
+            _kill_group(proc)
+            raise
     seconds = time.monotonic() - started
     return code == 0, seconds, _summary(log, code)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kill a run's pytest and every process it started (its own process group)."""
+    with suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _summary(log: Path, code: int) -> str:
@@ -151,6 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"processes on {os.cpu_count()} cores; outputs in {keep}",
         flush=True,
     )
+    signal.signal(signal.SIGTERM, _terminated)  # clean up as for Ctrl-C
     with busy(args.busy):
         passed, seconds, failed = loop(selection, args.runs, keep, args.run_timeout)
     print(f"[stress] passed {passed}/{len(seconds)} runs ({_durations(seconds)})")
