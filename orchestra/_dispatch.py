@@ -30,11 +30,18 @@ from ._answers import ANSWERED
 from ._exceptions import ToolOutcomeUnknown
 from ._output import OUTPUT_TAKEN, FinalOutput
 from ._redact import redact
-from ._run import ChildWaiting, Exit, LiveRun
+from ._run import ChildPending, ChildWaiting, Exit, LiveRun
 from ._state import Interruption, InterruptionKind, RunState, Status, Usage
 from ._tools import Tool, ToolContext, ToolInputError, bound_result
 
-__all__ = ["MAX_CALLS_PER_REPLY", "dispatch", "flush_results", "idempotency_key", "pending_calls"]
+__all__ = [
+    "MAX_CALLS_PER_REPLY",
+    "dispatch",
+    "flush_results",
+    "idempotency_key",
+    "may_park",
+    "pending_calls",
+]
 
 MAX_CALLS_PER_REPLY = 128
 """Tool calls considered from one reply; the rest are answered with a refusal in words."""
@@ -66,6 +73,17 @@ def pending_calls(state: RunState) -> list[dict[str, Any]]:
     """Calls of the last assistant message that have no result yet."""
     calls, answered = _open_calls(state)
     return [c for c in calls if c["id"] not in answered]
+
+
+def may_park(run: LiveRun, call_id: str) -> bool:
+    """Whether call ``call_id`` of ``run``'s last reply may *park* while a child
+    it started executes elsewhere: its tool runs again from the top once the
+    child has ended, so it must be a read or an idempotent write (a plain
+    write would be in doubt on its second run)."""
+    calls, _ = _open_calls(run.state)
+    name = next((str(c["function"]["name"]) for c in calls if c["id"] == call_id), None)
+    tool = None if name is None else run.agent.tool(name)
+    return tool is not None and (tool.read_only or tool.idempotent)
 
 
 def flush_results(run: LiveRun, *, save: bool = True) -> None:
@@ -205,7 +223,9 @@ async def dispatch(run: LiveRun, calls: list[dict[str, Any]]) -> None:
 
     Read-only calls that need nobody's approval run concurrently; the others
     then run one by one in the model's order, each after its gate; the first
-    that must wait for a human stops the run there.
+    that must wait for a human stops the run there. A call that waits for a
+    child executing elsewhere *parks* the run (``run.parked``): the calls
+    after it wait with it, and the step ends with them pending.
 
     Cancellation: a checkpoint. Results recorded before a cancel are kept.
     """
@@ -216,7 +236,9 @@ async def dispatch(run: LiveRun, calls: list[dict[str, Any]]) -> None:
     elif free:
         await _run_concurrently(run, free)
     for call in (c for c in ready if c not in free):
-        if run.state.status is not Status.RUNNING or not await _run_gated(run, call):
+        if run.state.status is not Status.RUNNING or run.parked:
+            return
+        if not await _run_gated(run, call):
             return
 
 
@@ -385,6 +407,9 @@ async def run_call(run: LiveRun, call: Call) -> None:
     if isinstance(outcome, Interruption):  # a descendant stopped for a human: so does this run
         stop_for_human(run, outcome)
         return
+    if isinstance(outcome, ChildPending):  # runs again from the top once its child ended
+        _park(run, call, outcome)
+        return
     ms = round((trio.current_time() - started) * 1000, 1)
     run.charge(Usage(tool_runs=1))
     if outcome is None or timed_out:
@@ -398,6 +423,18 @@ async def run_call(run: LiveRun, call: Call) -> None:
     record_result(run, call.id, text, save=not _answered_by_child(run, call))
     if exit_ is not None and run.state.status is Status.RUNNING:
         run.finish(exit_)
+
+
+def _park(run: LiveRun, call: Call, pending: ChildPending) -> None:
+    """``call`` waits for a child run executing elsewhere: no result, the run parks.
+
+    A write's started marker is taken back: the call runs again, as a whole,
+    once its child has ended (only idempotent writes park: see :func:`may_park`).
+    """
+    run.parked = True
+    if call.id in run.state.started:
+        run.state.started.remove(call.id)
+    run.emit("tool_waiting", tool=call.tool.name, call_id=call.id, child_id=pending.child_id)
 
 
 def _answered_by_child(run: LiveRun, call: Call) -> bool:
@@ -420,10 +457,10 @@ async def _pause_before_effect() -> None:
     await trio.lowlevel.cancel_shielded_checkpoint()
 
 
-Outcome = tuple[str, bool, Exit | None] | Interruption | ToolOutcomeUnknown
+Outcome = tuple[str, bool, Exit | None] | Interruption | ToolOutcomeUnknown | ChildPending
 """A finished call: its result text, whether it succeeded, the run's exit if
 that is fatal; or the wait for a human a child run stopped on; or a write
-whose effect is unknown."""
+whose effect is unknown; or a child that has not ended (the call parks)."""
 
 
 async def _outcome(run: LiveRun, call: Call, ctx: ToolContext) -> Outcome:
@@ -435,6 +472,8 @@ async def _outcome(run: LiveRun, call: Call, ctx: ToolContext) -> Outcome:
         return OUTPUT_TAKEN, True, Exit(status=Status.COMPLETED, reason=ANSWERED)
     except ChildWaiting as waiting:
         return waiting.interruption
+    except ChildPending as pending:
+        return pending
     except ToolOutcomeUnknown as exc:
         return exc if not call.tool.read_only else _on_error(run, call, exc)
     except Exception as exc:

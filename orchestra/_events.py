@@ -4,7 +4,9 @@ Event types: ``run_started``, ``model_request``, ``model_retry``, ``turn``,
 ``tool_start``, ``tool_progress``, ``tool_error`` (a tool raised: its
 ``error_type`` and ``error``, just before its ``tool_result``), ``tool_result``
 (with ``timed_out`` and ``in_doubt`` when a call ran out of time),
-``approval_required``, ``run_stopped``; ``reply_cut`` (a streamed reply cut
+``tool_waiting`` (on workers: a call whose child run executes elsewhere
+and has not ended; the run parks, holding no worker, and the call runs again
+once the child ended), ``approval_required``, ``run_stopped``; ``reply_cut`` (a streamed reply cut
 midway: its tokens, charged, and its text); ``text_delta`` (a piece of a
 streamed reply's text: to live readers and sinks only, never saved).
 

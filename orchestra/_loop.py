@@ -49,10 +49,13 @@ async def drive(run: LiveRun, *, one_step: bool = False) -> None:
     Cancellation: a checkpoint at every model call and tool run. On cancel the
     state is as of the last completed step; the caller records the exit.
     """
+    run.parked = False
     while run.state.status is Status.RUNNING:
         flush_results(run)
         pending = pending_calls(run.state)
         await (dispatch(run, pending) if pending else model_step(run))
+        if run.parked:  # a call waits for a child executing elsewhere: this step ends
+            return
         if run.state.status is Status.RUNNING:
             flush_results(run)
             if (stop := check_stops(run)) is not None:

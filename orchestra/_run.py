@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ._stores.contract import LiveStream
     from ._stores.memory import Store
 
-__all__ = ["ChildWaiting", "Exit", "Host", "Ledger", "LiveRun"]
+__all__ = ["ChildPending", "ChildWaiting", "Exit", "Host", "Ledger", "LiveRun"]
 
 
 _T = TypeVar("_T")
@@ -159,6 +159,20 @@ class ChildWaiting(Exception):
         self.interruption = interruption
 
 
+class ChildPending(Exception):
+    """Internal: a child run executes elsewhere (on a worker) and has not ended.
+
+    Raised by an agent tool instead of returning a result: the parent's call
+    stays pending, the parent *parks* (its step ends, holding no worker) and
+    is taken up again once its children have ended; the call then gets the
+    child's saved answer (see :mod:`orchestra.distributed._host`).
+    """
+
+    def __init__(self, child_id: str) -> None:
+        super().__init__(f"child run {child_id} has not ended")
+        self.child_id = child_id
+
+
 @attrs.define(kw_only=True, eq=False)
 class LiveRun:
     """One run of the tree while it executes."""
@@ -184,6 +198,9 @@ class LiveRun:
     clock_started: float | None = None
     """Trio time this process started executing the run (its elapsed time is
     added to ``state.elapsed_s`` when it finishes)."""
+    parked: bool = False
+    """Whether a call of this step waits for a child run executing elsewhere
+    (:class:`ChildPending`): the step ends with the call pending."""
 
     _lineage: tuple[LiveRun, ...] = attrs.field(init=False, repr=False)
     """This run and its ancestors (a run's parent never changes)."""

@@ -328,3 +328,41 @@ async def test_a_write_starts_in_a_task_step_of_its_own(read_only: bool) -> None
         assert not markers
     else:
         assert "step ends" in before[markers[0] :], before
+
+
+async def test_a_call_waiting_for_a_child_elsewhere_parks_the_run() -> None:
+    """On workers a child's call raises ChildPending: no result, no tool run counted,
+    the calls after it wait too, a write's started marker is taken back, and the
+    step ends with the run still running (to be woken when its children end)."""
+    from orchestra._execute import new_state
+    from orchestra._loop import drive
+    from orchestra._run import ChildPending, LiveRun
+
+    ran: list[str] = []
+
+    @tool(name="ask", idempotent=True)
+    def ask(question: str) -> str:
+        """Ask a child run (here: one still executing elsewhere)."""
+        ran.append(question)
+        raise ChildPending(f"child-{question}")
+
+    @tool(name="note")
+    def note() -> str:
+        """A write after the child's call."""
+        ran.append("note")
+        return "noted"
+
+    agent = Agent(name="a", model="m", tools=(echo, ask, note), limits=Limits(max_turns=5))
+    events: list[Any] = []
+    runner = Runner(provider=Script(DONE), store=MemoryStore(), sink=events.append)
+    state = new_state(agent, "go", agent.limits)
+    reply = calls(("echo", '{"text": "hi"}'), ("ask", '{"question": "q1"}'), ("note", "{}"))
+    state.messages.append(reply)
+    run = LiveRun(state=state, agent=agent, runner=runner)
+    await drive(run, one_step=True)
+    assert run.parked and run.state.status is Status.RUNNING
+    assert ran == ["q1"]  # the write after it did not run
+    assert list(run.state.results.values()) == ["hi"]  # the read's result is kept
+    assert run.state.started == [] and run.state.own.tool_runs == 1
+    waiting = [e.data for e in events if e.type == "tool_waiting"]
+    assert waiting == [{"tool": "ask", "call_id": "c1", "child_id": "child-q1"}]

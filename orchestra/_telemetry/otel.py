@@ -435,6 +435,18 @@ class OTelTracer:
         span.add_event("exception", details)
         self._raised[key] = kind
 
+    def _on_tool_waiting(self, run: LiveRun, event: Event) -> None:
+        """A call parked while its child runs on another worker: its span ends
+        here (marked ``orchestra.tool.waiting``, naming the child); the call's
+        second run, once the child ended, has a span of its own."""
+        key = (run.state.run_id, str(event.data["call_id"]))
+        span = self._tools.pop(key, None)
+        self._raised.pop(key, None)
+        if span is not None:
+            span.set_attribute("orchestra.tool.waiting", True)
+            span.set_attribute("orchestra.child.run_id", str(event.data.get("child_id", "")))
+            span.end()
+
     def _on_tool_result(self, run: LiveRun, event: Event) -> None:
         d = event.data
         key = (run.state.run_id, str(d["call_id"]))

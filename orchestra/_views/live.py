@@ -242,6 +242,10 @@ def _tool_result(view: LiveTree, run: _Run, data: dict[str, Any]) -> None:
     run.step = "thinking"
 
 
+def _tool_waiting(view: LiveTree, run: _Run, data: dict[str, Any]) -> None:
+    run.tools[data.get("call_id", "")] = f"{data.get('tool', 'tool')}: waiting for its child run"
+
+
 def _approval(view: LiveTree, run: _Run, data: dict[str, Any]) -> None:
     run.step = f"waiting for a human to approve {data.get('tool', 'a call')}"
 
@@ -264,6 +268,7 @@ _HANDLERS: dict[str, Callable[[LiveTree, _Run, dict[str, Any]], None]] = {
     "tool_start": _tool_start,
     "tool_progress": _tool_progress,
     "tool_result": _tool_result,
+    "tool_waiting": _tool_waiting,
     "approval_required": _approval,
     "run_stopped": _stopped,
 }

@@ -111,6 +111,10 @@ def migrate(database: str, transactions: Any) -> None:
     """
     DBOS = _dbos()
     with transactions.transaction() as conn:
+        # This transaction only holds the lock while DBOS migrates on connections
+        # of its own, which takes seconds on a loaded machine: the server must not
+        # end it as a frozen process's (see IDLE_IN_TRANSACTION_MS in _pgstore).
+        conn.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('orchestra.dbos'))")
         DBOS.migrate(system_url(database))
 

@@ -4,11 +4,19 @@ Embedded, an agent tool's child run executes inside its parent's tool call,
 in the same process. On a worker it is *bound* to its parent's call the same
 way (binding saved with the parent before the child exists), its limits are
 carved from what the parent has left inside one ledger transaction (the
-parent's row locked), and then it is queued: any worker may take it. The
-parent's call waits for the child's outcome in the store and gets its answer,
-as embedded. A parent resumed after a crash finds the binding and waits for
-the same child (queued again under the same workflow id: a no-op if it is
-still queued or running).
+parent's row locked), and then it is queued: any worker may take it.
+
+The parent does not wait for it holding a worker slot: its call raises
+:class:`~orchestra._run.ChildPending`, the call stays pending and the parent
+*parks* (its workflow ends; see :meth:`PostgresStore.park`). When its last
+running child ends, the worker that ended it queues the parent again; the
+parent's step runs the call again, finds the binding, and gets the child's
+saved answer, as embedded. So no burst of trees can fill every slot with
+parents waiting for children that cannot start. (A plain, non-idempotent
+write that starts a child cannot run twice, so it waits in its step, polling
+the store, as a crash resumed it would.) A parent resumed after a crash finds
+the binding and waits for the same child (queued again under the same
+workflow id: a no-op if it is still queued or running).
 """
 
 from __future__ import annotations
@@ -21,9 +29,10 @@ import attrs
 import trio
 
 from .._agent import Agent
+from .._dispatch import may_park
 from .._exceptions import LeaseLost, RunNotFound, StoreUnreachable
 from .._execute import reopen_state, spawn_child
-from .._run import LiveRun
+from .._run import ChildPending, LiveRun
 from .._runner import Runner
 from .._state import Limits, RunState, Status, Usage
 from .._stores.fence import Fence
@@ -45,7 +54,8 @@ if TYPE_CHECKING:
 __all__ = ["RunQueue", "WorkerRunner"]
 
 WAIT_POLL_S = 0.05
-"""How often a parent waiting for a child on another worker reads its status."""
+"""How often a parent waiting in its step for a child (a plain write's: see
+above) reads its status."""
 
 
 class RunQueue(Protocol):
@@ -180,11 +190,20 @@ class OnWorkers:
         runner.save(state)
 
     async def run(self, child: LiveRun) -> None:
-        state = child.state
+        """Queue ``child`` if it is going on (or resumable), then park its
+        parent's call (:class:`ChildPending`) or, for a call that cannot
+        park, wait for its end.
+
+        Raises:
+            ChildPending: the child has not ended; the call parks.
+        """
+        state, parent = child.state, child.parent
+        assert parent is not None
         if state.status is Status.INTERRUPTED and state.status.resumable:
             state = await self.runner._reopened(state)
         if state.status is Status.RUNNING:
             await self.runner.queue.enqueue(state.run_id)
+            if may_park(parent, state.parent_call_id or ""):
+                raise ChildPending(state.run_id)
             child.state = await self.runner._outcome(state.run_id)
-        assert child.parent is not None
-        await self.runner._ledger.refresh(child.parent)
+        await self.runner._ledger.refresh(parent)

@@ -27,7 +27,9 @@ each carry an epoch, increased by every taking (:meth:`PostgresStore.acquire_lea
 the row ``FOR SHARE`` and compares holder and epoch in its own transaction.
 
 Store schema versions: 1 — the tables below without epochs; 2 — leases and
-runs carry an epoch (a version 1 database is migrated in place). Several
+runs carry an epoch (a version 1 database is migrated in place); 3 — the
+``live_text`` table; 4 — runs can be ``parked`` (waiting for their children,
+holding no worker), indexed by parent. Several
 processes may create or migrate them at once (an advisory lock serialises that).
 """
 
@@ -64,7 +66,7 @@ _R = TypeVar("_R")
 
 __all__ = ["PG_SCHEMA_VERSION", "PostgresStore", "redacted"]
 
-PG_SCHEMA_VERSION = 3
+PG_SCHEMA_VERSION = 4
 """Version of the tables' layout (not of the run states inside them)."""
 
 CONNECT_TIMEOUT_S = 10
@@ -102,6 +104,14 @@ _LIVE_TEXT_TABLE = """CREATE TABLE IF NOT EXISTS live_text (
 )"""
 """What each run is streaming now (see :class:`~orchestra._stores.contract.LiveText`)."""
 
+_PARKING = (
+    "ALTER TABLE runs ADD COLUMN IF NOT EXISTS parked BOOLEAN NOT NULL DEFAULT false",
+    "CREATE INDEX IF NOT EXISTS runs_parent_id ON runs (parent_id)",
+    "CREATE INDEX IF NOT EXISTS runs_parked ON runs (run_id) WHERE parked",
+)
+"""A run waiting for its children holds no worker: it is *parked* (see
+:meth:`PostgresStore.park`); its children are found by ``parent_id``."""
+
 _TABLES = (
     """CREATE TABLE runs (
         run_id TEXT COLLATE "C" PRIMARY KEY,
@@ -115,9 +125,11 @@ _TABLES = (
         messages INTEGER NOT NULL DEFAULT 0,
         executor TEXT,
         attempt INTEGER NOT NULL DEFAULT 0,
-        epoch BIGINT NOT NULL DEFAULT 0
+        epoch BIGINT NOT NULL DEFAULT 0,
+        parked BOOLEAN NOT NULL DEFAULT false
     )""",
     "CREATE INDEX runs_root_id ON runs (root_id)",
+    *_PARKING[1:],
     "CREATE INDEX runs_updated_at ON runs (updated_at)",
     """CREATE TABLE messages (
         run_id TEXT COLLATE "C" NOT NULL,
@@ -161,7 +173,8 @@ _SELECT_STATES = """
 
 _UPDATE_HEAD = "UPDATE runs SET status = %s, updated_at = %s, state = %s WHERE run_id = %s"
 _STOP_HEAD = """
-    UPDATE runs SET status = %s, updated_at = %s, state = %s, epoch = epoch + 1 WHERE run_id = %s
+    UPDATE runs SET status = %s, updated_at = %s, state = %s, epoch = epoch + 1, parked = false
+    WHERE run_id = %s
 """
 """A run stopped in the database: whoever executed it is fenced out."""
 
@@ -170,6 +183,7 @@ _MIGRATE_FROM_1 = (
     "ALTER TABLE leases ADD COLUMN IF NOT EXISTS epoch BIGINT NOT NULL DEFAULT 0",
 )
 _MIGRATE_FROM_2 = (_LIVE_TEXT_TABLE,)
+_MIGRATE_FROM_3 = _PARKING
 
 _LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 """Wait for (then hold until the transaction ends) the advisory lock named by a string."""
@@ -326,12 +340,13 @@ class PostgresStore(SQLStore):
 
         Returns:
             The run's state and the claim's fence; None when the run is not
-            running (or does not exist): look at it with :meth:`load`.
+            running, is parked (it is taken up again when its children have
+            ended), or does not exist: look at it with :meth:`load`.
         """
         with self._transaction(f"claim run {run_id!r} for {executor!r}") as conn:
             claimed = conn.execute(
                 "UPDATE runs SET executor = %s, epoch = epoch + 1"
-                " WHERE run_id = %s AND status = %s RETURNING epoch",
+                " WHERE run_id = %s AND status = %s AND NOT parked RETURNING epoch",
                 (executor, run_id, Status.RUNNING.value),
             ).fetchone()
             if claimed is None:
@@ -420,8 +435,8 @@ class PostgresStore(SQLStore):
         """
         with self._transaction(f"requeue run {run_id!r}") as conn:
             row = conn.execute(
-                "UPDATE runs SET attempt = attempt + 1, executor = NULL WHERE run_id = %s"
-                " RETURNING attempt",
+                "UPDATE runs SET attempt = attempt + 1, executor = NULL, parked = false"
+                " WHERE run_id = %s RETURNING attempt",
                 (run_id,),
             ).fetchone()
         if row is None:
@@ -435,21 +450,88 @@ class PostgresStore(SQLStore):
         with self._transaction(f"requeue run {run_id!r}") as conn:
             row = conn.execute(
                 "UPDATE runs SET attempt = attempt + 1, executor = NULL"
-                " WHERE run_id = %s AND attempt = %s AND status = %s RETURNING attempt",
+                " WHERE run_id = %s AND attempt = %s AND status = %s AND NOT parked"
+                " RETURNING attempt",
                 (run_id, attempt, Status.RUNNING.value),
             ).fetchone()
         return None if row is None else int(row[0])
 
     def stale_running(self, before: float) -> list[tuple[str, int]]:
-        """Runs saved ``running`` and not saved since ``before``: (run id, attempt)."""
+        """Runs saved ``running`` and not saved since ``before``, not parked: (run
+        id, attempt)."""
         rows = self._read(
             "find runs that stopped moving",
             "SELECT run_id, attempt FROM runs WHERE status = %s AND updated_at < %s"
-            " ORDER BY run_id",
+            " AND NOT parked ORDER BY run_id",
             Status.RUNNING.value,
             before,
         )
         return [(str(run_id), int(attempt)) for run_id, attempt in rows]
+
+    # -- parking: a run waiting for its children holds no worker ----------
+
+    def park(self, run_id: str, fence: Fence) -> bool:
+        """Park ``run_id`` if one of its children is still running; whether it did.
+
+        For the step that holds the run's claim (``fence``), once it has saved
+        the run with calls waiting for children. A parked run has no executor
+        and no workflow; :meth:`wake` queues it again. The run's row is locked,
+        so of a park and the wake of a child that ends meanwhile, the later
+        sees the other: either the child's end is seen here (not parked: the
+        caller steps again at once) or the park is seen by the wake.
+
+        Raises:
+            LeaseLost: the claim was taken over (nothing was written).
+        """
+        with self._transaction(f"park run {run_id!r}") as conn:
+            self._lock_run(conn, run_id)
+            self._check_fence(conn, fence)
+            if not _children_running(conn, run_id):
+                return False
+            conn.execute(
+                "UPDATE runs SET parked = true, executor = NULL WHERE run_id = %s", (run_id,)
+            )
+        return True
+
+    def wake(self, run_id: str) -> int | None:
+        """Unpark ``run_id`` if it is parked, running and none of its children
+        runs any longer; its new attempt (queue it under that), or None."""
+        with self._transaction(f"wake run {run_id!r}") as conn:
+            row = conn.execute(
+                "SELECT 1 FROM runs WHERE run_id = %s AND parked AND status = %s FOR UPDATE",
+                (run_id, Status.RUNNING.value),
+            ).fetchone()
+            if row is None or _children_running(conn, run_id):
+                return None
+            (attempt,) = _one(
+                conn.execute(
+                    "UPDATE runs SET parked = false, attempt = attempt + 1, executor = NULL"
+                    " WHERE run_id = %s RETURNING attempt",
+                    (run_id,),
+                )
+            )
+        return int(attempt)
+
+    def parked_ready(self) -> list[str]:
+        """Parked runs none of whose children runs any longer (a wake that was
+        lost with the worker that owed it), in id order."""
+        rows = self._read(
+            "find parked runs whose children ended",
+            "SELECT r.run_id FROM runs r WHERE r.parked AND r.status = %s AND NOT EXISTS"
+            " (SELECT 1 FROM runs c WHERE c.parent_id = r.run_id AND c.status = %s)"
+            " ORDER BY r.run_id",
+            Status.RUNNING.value,
+            Status.RUNNING.value,
+        )
+        return [str(run_id) for (run_id,) in rows]
+
+    def parked(self, run_id: str) -> bool:
+        """Whether ``run_id`` is parked (waiting for its children).
+
+        Raises:
+            RunNotFound: no run with this id.
+        """
+        return bool(self._column("parked", run_id))
 
     def attempt(self, run_id: str) -> int:
         """How many times ``run_id`` was (re)queued (0: never).
@@ -651,8 +733,12 @@ class PostgresStore(SQLStore):
                 conn.execute("INSERT INTO orchestra_schema VALUES (%s)", (PG_SCHEMA_VERSION,))
                 return
             found = [v for (v,) in conn.execute("SELECT version FROM orchestra_schema")]
-            if found in ([1], [2]):
-                steps = (*(_MIGRATE_FROM_1 if found == [1] else ()), *_MIGRATE_FROM_2)
+            if found in ([1], [2], [3]):
+                steps = (
+                    *(_MIGRATE_FROM_1 if found == [1] else ()),
+                    *(_MIGRATE_FROM_2 if found in ([1], [2]) else ()),
+                    *_MIGRATE_FROM_3,
+                )
                 for statement in steps:
                     conn.execute(statement)
                 conn.execute("UPDATE orchestra_schema SET version = %s", (PG_SCHEMA_VERSION,))
@@ -685,6 +771,15 @@ def _one(cursor: psycopg.Cursor[TupleRow]) -> TupleRow:
     if row is None:  # pragma: no cover - the statements always return one row
         raise StoreError("PostgreSQL returned no row")
     return row
+
+
+def _children_running(conn: Connection, run_id: str) -> bool:
+    """Whether a child of ``run_id`` is running (in ``conn``'s transaction)."""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM runs WHERE parent_id = %s AND status = %s)",
+        (run_id, Status.RUNNING.value),
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def _head(state: RunState) -> str:

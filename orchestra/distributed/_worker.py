@@ -38,7 +38,7 @@ import trio
 
 from .._agent import Agent
 from .._events import EventSink
-from .._exceptions import ConfigError, StateError, StoreError, StoreUnreachable
+from .._exceptions import ConfigError, LeaseLost, StateError, StoreError, StoreUnreachable
 from .._execute import execute, trio_deadline
 from .._model.provider import OpenAIProvider
 from .._prices import PriceTable
@@ -51,7 +51,16 @@ from ._host import WorkerRunner
 from ._ledger import PostgresLedger
 from ._pgstore import PostgresStore
 from ._stall import StallWatch
-from ._threads import Step, StepAbandoned, hold, in_thread, step_fence, step_superseded, stepping
+from ._threads import (
+    Step,
+    StepAbandoned,
+    hold,
+    in_thread,
+    step_fence,
+    step_superseded,
+    stepping,
+    supersede_step,
+)
 
 __all__ = ["AGENTS_KEY", "DEAD_AFTER_S", "Worker", "agent_of_reference"]
 
@@ -60,9 +69,13 @@ AGENTS_KEY = "orchestra.agents"
 function returning one) for runs submitted from Python."""
 
 DEAD_AFTER_S = 10.0
+"""A worker whose heartbeat is older than this is dead (its runs continue elsewhere)."""
 SUPERSEDED = "superseded"
 """What a step returns when its run's claim was taken over (its workflow ends here)."""
-"""A worker whose heartbeat is older than this is dead (its runs continue elsewhere)."""
+PARKED = "parked"
+"""What a step returns when its run waits for children executing elsewhere: its
+workflow ends here, holding no slot, and the run is queued again (under its
+next attempt) by the worker that sees its last running child end."""
 
 EXIT_DECLARED_DEAD = 75
 """A worker's exit status when it finds itself declared dead by its peers."""
@@ -201,7 +214,9 @@ class Worker:
 
         Returns :data:`SUPERSEDED` (which ends the workflow here) if the run's
         claim was taken over during the step: a peer declared this worker dead
-        and continues the run, or a cancel stopped it in the database.
+        and continues the run, or a cancel stopped it in the database; and
+        :data:`PARKED` (which ends it too) if the run now waits for children
+        executing elsewhere.
 
         Raises:
             StepAbandoned: the database went away during the step (nothing
@@ -226,8 +241,11 @@ class Worker:
 
     async def _step(self, run_id: str) -> str:
         claimed = await in_thread(self._store.claim, run_id, self.executor_id)
-        if claimed is None:
+        if claimed is None:  # stopped (maybe in the database), or parked
             saved: RunState = await in_thread(self._store.load, run_id)
+            if saved.status is Status.RUNNING:
+                return PARKED
+            await self._wake_parent(saved)
             return saved.status.value
         state, fence = claimed
         hold(fence)
@@ -248,18 +266,48 @@ class Worker:
             await execute(live, one_step=True, announce=first)
         finally:
             del self._running[run_id]
-        if live.state.status is not Status.RUNNING:
-            self._taken.discard(run_id)
-            if live.state.parent_id is None and not step_superseded():
-                assert self._ledger is not None  # the saved tree costs are the ledger's
-                await in_thread(self._ledger.reconcile, run_id)
+        if step_superseded():
+            return SUPERSEDED
+        if live.state.status is Status.RUNNING:
+            return PARKED if live.parked and await self._park(run_id) else Status.RUNNING.value
+        self._taken.discard(run_id)
+        if live.state.parent_id is None:
+            assert self._ledger is not None  # the saved tree costs are the ledger's
+            await in_thread(self._ledger.reconcile, run_id)
+        await self._wake_parent(live.state)
         return live.state.status.value
+
+    async def _park(self, run_id: str) -> bool:
+        """Park the run (its calls wait for children executing elsewhere) unless
+        they all ended meanwhile; whether it is parked.
+
+        Its claim is given up with it: whoever takes it up after its wake
+        claims it anew (see :meth:`PostgresStore.park`)."""
+        try:
+            parked = await in_thread(self._store.park, run_id, step_fence())
+        except LeaseLost:
+            supersede_step()
+            return False
+        if parked:
+            self._taken.discard(run_id)
+        return parked
+
+    async def _wake_parent(self, state: RunState) -> None:
+        """``state``'s run has ended: queue its parent again if it is parked and
+        this was its last running child."""
+        if state.parent_id is None:
+            return
+        attempt = await in_thread(self._store.wake, state.parent_id)
+        if attempt is not None:
+            assert self._queue is not None
+            await self._queue.enqueue(state.parent_id)
 
     async def _fail(self, state: RunState, reason: str) -> str:
         state.status, state.reason = Status.FAILED, reason
         state.updated_at = time.time()
         fence = step_fence()
         await in_thread(lambda: self._store.save(state, fence=fence))
+        await self._wake_parent(state)
         return state.status.value
 
     async def _live(self, state: RunState) -> LiveRun:
@@ -438,11 +486,11 @@ class Worker:
         is compared and increased in one statement).
         """
         assert self._queue is not None
+        moved = self._wake_lost()
         runs = self._store.stale_running(time.time() - self.dead_after_s)
         if not runs:
-            return []
+            return moved
         live = self._queue.live([_dbos.workflow_id(run_id, n) for run_id, n in runs])
-        moved = []
         for run_id, attempt in runs:
             if _dbos.workflow_id(run_id, attempt) in live:
                 continue
@@ -454,6 +502,21 @@ class Worker:
                     "with no workflow; queued again\n"
                 )
         return moved
+
+    def _wake_lost(self) -> list[str]:
+        """Queue again the parked runs whose children all ended but whose wake
+        was lost (the worker that owed it died first); their ids."""
+        assert self._queue is not None
+        woken = []
+        for run_id in self._store.parked_ready():
+            if self._store.wake(run_id) is not None:
+                self._queue.enqueue_now(run_id)
+                woken.append(run_id)
+                sys.stderr.write(
+                    f"worker {self.executor_id}: run {run_id} was parked with no child "
+                    "running; queued again\n"
+                )
+        return woken
 
     def _heartbeat(self, first: bool = False, judge: bool = True) -> list[str] | None:
         """Beat; if ``judge``, claim the workers dead since (their rows go); their

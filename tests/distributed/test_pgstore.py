@@ -145,7 +145,7 @@ def test_processes_starting_at_once_create_the_schema_once(pg_url: str) -> None:
         for s in opened:
             if isinstance(s, PostgresStore):
                 s.close()
-    assert query(pg_url, "SELECT version FROM orchestra_schema") == [(3,)]
+    assert query(pg_url, "SELECT version FROM orchestra_schema") == [(4,)]
 
 
 def test_unknown_store_schema_version_refused(pg_url: str) -> None:
@@ -166,7 +166,7 @@ def test_a_version_1_database_is_migrated_to_epochs(pg_url: str) -> None:
         claimed = store.claim("r1", "w1")
         assert claimed is not None and claimed[1].epoch == 1
         assert store.acquire_lease("r1", "me").epoch == 1
-    assert query(pg_url, "SELECT version FROM orchestra_schema") == [(3,)]
+    assert query(pg_url, "SELECT version FROM orchestra_schema") == [(4,)]
 
 
 def test_a_version_2_database_gets_the_live_text_table(pg_url: str) -> None:
@@ -178,7 +178,7 @@ def test_a_version_2_database_gets_the_live_text_table(pg_url: str) -> None:
     with PostgresStore(pg_url) as store:
         store.put_live_text("r1", "r1", LiveStream(text="so far", tokens=2))
         assert store.live_texts("r1") == {"r1": "so far"}
-    assert query(pg_url, "SELECT version FROM orchestra_schema") == [(3,)]
+    assert query(pg_url, "SELECT version FROM orchestra_schema") == [(4,)]
 
 
 def test_unreachable_server_is_a_clear_store_error() -> None:
