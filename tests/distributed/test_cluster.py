@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
 import pytest
 from distributed_support import (
     DEAD_AFTER_S,
@@ -52,18 +53,27 @@ JOURNAL_TREE = "tests.distributed.agents:journal_tree"
 
 
 def _six_children_writing(cluster: Cluster) -> str:
-    """Submit the journal tree with six children; its root id once each child is
-    inside its 3 s write (its first model call made)."""
+    """Submit the journal tree with six children; its root id once all six exist
+    and some are inside their 3 s writes (first model call made, not the second).
+
+    Not "all six at once": on a loaded machine the children start seconds apart,
+    and the first may be past its write before the last starts."""
     agent = agent_of_reference(JOURNAL_TREE)
     task = "Scan the archives, children=6."
     root = submit(cluster, agent, task, metadata={AGENTS_KEY: JOURNAL_TREE})
-
-    def writing() -> bool:
-        kids = _children(cluster, root)
-        return len(kids) == 6 and all(k.turns == 1 for k in kids)
-
-    wait_until(writing, TREE_S, "six children inside their 3 s writes")
+    wait_until(
+        lambda: len(_children(cluster, root)) == 6 and _writing(cluster, root),
+        TREE_S,
+        "six children, some inside their 3 s writes",
+    )
     return root
+
+
+def _writing(cluster: Cluster, root_id: str) -> dict[str, str | None]:
+    """The children inside their write now, and the worker executing each."""
+    ran_on = executors(cluster, root_id)
+    kids = _children(cluster, root_id)
+    return {k.run_id: ran_on[k.run_id] for k in kids if k.turns == 1 and k.status is Status.RUNNING}
 
 
 def _assert_each_write_once(journal: Path) -> None:
@@ -147,11 +157,10 @@ def test_a_stopped_workers_runs_complete_elsewhere_with_each_write_once(
 ) -> None:
     with workers(pg_url, tmp_path, 3, env) as pool, Cluster(pg_url) as cluster:
         root = _six_children_writing(cluster)
-        time.sleep(1.0)
-        ran_on = executors(cluster, root)
-        victim = Counter(ran_on[k.run_id] for k in _children(cluster, root)).most_common(1)[0][0]
+        writing = _writing(cluster, root)  # the victim: the worker inside most writes now
+        victim = Counter(writing.values()).most_common(1)[0][0]
         assert victim is not None
-        killed = {k.run_id for k in _children(cluster, root) if ran_on[k.run_id] == victim}
+        killed = {run for run, on in writing.items() if on == victim}
         pool.kill(victim, how)
         wait_until(lambda: finished(cluster, root), TREE_S, "the tree after the kill")
         states = cluster.store.tree(root)
@@ -193,7 +202,11 @@ def test_a_worker_that_stalled_past_its_heartbeat_stops_itself(
     with workers(pg_url, tmp_path, 2, env) as pool:
         stalled = pool.procs["w2"]
         stalled.send_signal(signal.SIGSTOP)  # a stall: a long GC pause, a frozen VM
-        time.sleep(DEAD_AFTER_S + 2.0)  # w1 declares it dead
+        # w1 declares it dead (its row goes) once its beat is DEAD_AFTER_S old; a
+        # loaded machine may take w1 longer to judge: poll for it, do not guess
+        wait_until(
+            lambda: not _registered(pg_url, "w2"), DEAD_AFTER_S + 60, "w1 to declare w2 dead"
+        )
         stalled.send_signal(signal.SIGCONT)
         assert stalled.wait(15) == 75
         assert "declared dead" in pool.log("w2")
@@ -252,6 +265,13 @@ def _quietly(check: Callable[..., bool], *args: object) -> bool:
         return check(*args)
     except StoreUnreachable:
         return False
+
+
+def _registered(url: str, executor: str) -> bool:
+    """Whether ``executor`` has a row in the workers table (peers delete a dead one's)."""
+    with psycopg.connect(url) as conn:
+        found = conn.execute("SELECT 1 FROM workers WHERE executor = %s", (executor,))
+        return found.fetchone() is not None
 
 
 def test_a_run_left_running_with_no_workflow_is_taken_up(
