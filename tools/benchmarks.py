@@ -13,6 +13,7 @@ loopback HTTP figures. The full suite takes under 10 minutes on 2 cores.
     python tools/benchmarks.py                       # full: BENCHMARKS.md, benchmarks.json
     python tools/benchmarks.py --quick --out /tmp/B.md   # smoke: small N, few repeats
     python tools/benchmarks.py --only trees,cancel --compare benchmarks.json
+    python tools/benchmarks.py --only scaleout --update   # re-measure one section in place
 """
 
 from __future__ import annotations
@@ -52,6 +53,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--compare", type=Path, default=None, help="an earlier benchmarks.json to show beside"
     )
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="keep the other sections of the existing report (with --only); each "
+        "section says when it was measured",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--params", default="{}", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -82,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         only=only,
         previous=previous,
         command=shlex.join(shown),
+        update=args.update,
     )
 
 

@@ -186,7 +186,17 @@ class Meters:
             "postgres": common.tree_cpu_seconds(self.postgres),
             "server": common.cpu_seconds(self.server),
             "client": time.process_time(),
+            "machine": machine_busy_seconds(),
         }
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine spent busy (every process, ours or not) since
+    boot, from /proc/stat: all but idle and iowait."""
+    with open("/proc/stat", encoding="utf-8") as f:
+        ticks = [int(t) for t in f.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def _spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -326,7 +336,8 @@ def measure_group(
     window = n * concurrency // RUNS_PER_TREE
     trees = window * p["rounds"]
     agent = research_tree()
-    got: Samples = {k: [] for k in ("rate", "workers", "postgres", "server", "cores", "embedded")}
+    kinds = ("rate", "workers", "postgres", "server", "cores", "machine")
+    got: Samples = {k: [] for k in kinds}
     got.update({"embedded_cpu": [], "embedded_rate": []})
     with workers(db, n, concurrency, server, logs) as procs, Cluster(db) as cluster:
         meters = Meters([proc.pid for proc in procs], *pids)
@@ -344,6 +355,7 @@ def measure_group(
             got["server"].append(_per_call(batch, "server"))
             busy = batch["workers"] + batch["postgres"] + batch["server"] + batch["client"]
             got["cores"].append(busy / batch["wall"])
+            got["machine"].append(batch["machine"] / batch["wall"])
             got["embedded_rate"].append(embedded["trees"] / embedded["wall"])
             got["embedded_cpu"].append(_per_call(embedded, "cpu"))
     return got
@@ -475,6 +487,7 @@ def _targets(
     growth = common.find(rows, f"{slow:.0f} ms latency: trees/s, {last} workers against {first}")
     cores = os.cpu_count() or 1
     busy = common.summary(groups[slow, last]["cores"])["median"]
+    machine = common.summary(groups[slow, last]["machine"])["median"]
     ratio = growth["ratio"]
     # judged only where the cores are there for it: a core per worker, plus PostgreSQL's
     # and the model server's (on fewer, 4 workers share what 1 worker had)
@@ -490,7 +503,8 @@ def _targets(
         common.target(
             f"trees/s {first} → {last} workers ≥ {fmt(GROWTH_TARGET)}× ({slow:.0f} ms latency)",
             f"{common.ratio_text(ratio)}; at {last} workers the workers, PostgreSQL, the "
-            f"model server and the client kept {fmt(busy)} of {cores} cores busy",
+            f"model server and the client kept {fmt(busy)} of {cores} cores busy, the "
+            f"whole machine {fmt(machine)}",
             judged,
         ),
         common.target(
@@ -527,11 +541,14 @@ def _section(
     )
     server = {k: common.summary(g["server"])["median"] for k, g in groups.items()}
     cores = {k: common.summary(g["cores"])["median"] for k, g in groups.items()}
+    machine = {k: common.summary(g["machine"])["median"] for k, g in groups.items()}
     result["notes"].append(
-        "Cores kept busy (workers + PostgreSQL + model server + the submitting client, "
-        "CPU seconds / wall seconds): "
+        "Cores kept busy during the batches on workers, as CPU seconds / wall seconds: "
+        "by the workers, PostgreSQL, the model server and the submitting client, and "
+        "(after the slash) by the whole machine, every process on it included: "
         + "; ".join(
-            f"{lat:.0f} ms, {_workers(n)}: {common.fmt(c)}" for (lat, n), c in cores.items()
+            f"{lat:.0f} ms, {_workers(n)}: {common.fmt(c)} / {common.fmt(machine[lat, n])}"
+            for (lat, n), c in cores.items()
         )
         + ". The scripted model server's CPU per model call: "
         + ", ".join(f"{common.fmt(v)} ms" for v in server.values())

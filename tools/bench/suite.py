@@ -100,16 +100,53 @@ def _write(results: dict[str, Any], out: Path, json_path: Path, previous: Any) -
     out.write_text(report.markdown(results, json_path.name, previous), encoding="utf-8")
 
 
+def _kept(json_path: Path, only: list[str]) -> list[dict[str, Any]]:
+    """The sections of the report at ``json_path`` not in ``only``, each stamped with
+    the run that measured it (for ``--update``)."""
+    if not json_path.exists():
+        return []
+    earlier = json.loads(json_path.read_text(encoding="utf-8"))
+    kept = [sec for sec in earlier.get("sections", []) if sec["id"] not in only]
+    for sec in kept:
+        sec.setdefault("measured", _stamp(earlier["machine"], earlier["command"]))
+    return kept
+
+
+def _stamp(machine: dict[str, Any], command: str) -> dict[str, Any]:
+    """When, at which commit and how loaded a section was measured, and by what command."""
+    keys = ("date", "commit", "uncommitted_changes", "load_average")
+    return {**{k: machine.get(k) for k in keys}, "command": command}
+
+
+def _place(results: dict[str, Any], sec: dict[str, Any]) -> None:
+    """Put ``sec`` in the report in the suite's order, replacing an earlier one."""
+    order = list(SECTIONS)
+    rest = [s for s in results["sections"] if s["id"] != sec["id"]]
+    results["sections"] = sorted([*rest, sec], key=lambda s: order.index(s["id"]))
+
+
 def main(
-    *, quick: bool, out: Path, json_path: Path, only: list[str], previous: Any, command: str
+    *,
+    quick: bool,
+    out: Path,
+    json_path: Path,
+    only: list[str],
+    previous: Any,
+    command: str,
+    update: bool = False,
 ) -> int:
-    """Run the sections (all, or ``only``), writing the report after each; 0 if none failed."""
+    """Run the sections (all, or ``only``), writing the report after each; 0 if none failed.
+
+    ``update``: the report keeps the sections of the one at ``json_path`` that
+    this run does not measure (each says when it was measured).
+    """
     started = time.perf_counter()
+    machine = common.machine()
     results: dict[str, Any] = {
         "command": command,
         "quick": quick,
-        "machine": common.machine(),
-        "sections": [],
+        "machine": machine,
+        "sections": _kept(json_path, only) if update else [],
         "total_s": None,
     }
     failures = 0
@@ -129,7 +166,8 @@ def main(
             failures += 1
             print(f"    failed: {exc}", file=sys.stderr)
         sec["seconds"] = time.perf_counter() - t0
-        results["sections"].append(sec)
+        sec["measured"] = _stamp(machine, command)
+        _place(results, sec)
         _write(results, out, json_path, previous)
     results["total_s"] = time.perf_counter() - started
     results["load_average_at_end"] = list(os.getloadavg())
