@@ -42,7 +42,7 @@ from .common import row
 FULL: dict[str, Any] = {
     "workers": (1, 2, 4),
     "concurrency": 8,
-    "rounds": 6,
+    "rounds": 4,
     "repeats": 3,
     "latencies": (0.0, 200.0),
     "burst": (2, 4, 10),

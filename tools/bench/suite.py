@@ -67,7 +67,7 @@ EXPECTED_TARGETS = {
         "a burst of 10× the cluster's slots completes",
     ],
 }
-TIMEOUT_S = {"concurrency": 480.0, "scaleout": 1200.0}
+TIMEOUT_S = {"concurrency": 480.0, "scaleout": 2700.0}
 DEFAULT_TIMEOUT_S = 240.0
 QUICK_TIMEOUT_S = {"scaleout": 420.0}
 DEFAULT_QUICK_TIMEOUT_S = 120.0
