@@ -220,6 +220,16 @@ def scanning(cluster: Cluster, root: str) -> bool:
     return started and any(k.turns == 1 and k.status is Status.RUNNING for k in kids)
 
 
+def victim(cluster: Cluster, root: str) -> str:
+    """The worker inside most of the tree's scans now (else the one that ran most
+    of its children): on a loaded machine some scans may be over already."""
+    ran = executors(cluster, root)
+    kids = [s for s in cluster.store.tree(root) if s.parent_id is not None]
+    scanning = [k for k in kids if k.turns == 1 and k.status is Status.RUNNING]
+    on = Counter(ran[k.run_id] for k in scanning or kids if ran.get(k.run_id) is not None)
+    return on.most_common(1)[0][0]
+
+
 def done(cluster: Cluster, root: str) -> bool:
     return cluster.store.load(root).status is not Status.RUNNING
 
@@ -263,9 +273,7 @@ def kill_worker(
         explain=explain,
     )
     time.sleep(1.0)
-    ran = executors(cluster, root)
-    victim = Counter(ran[r] for r, e in ran.items() if r != root).most_common(1)[0][0]
-    procs[victim].send_signal(signal.SIGKILL)
+    procs[victim(cluster, root)].send_signal(signal.SIGKILL)
     killed = time.monotonic()
     wait(
         lambda: done(cluster, root),
