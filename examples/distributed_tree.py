@@ -8,15 +8,16 @@ Starts three ``orchestra worker`` processes on one PostgreSQL database, then:
    its budget;
 2. the same tree, cancelled with one call 1.2 s into the children's 3 s
    scans: ms until every run was ``interrupted``;
-3. the same tree, and the worker running most children killed (SIGKILL) 1 s
-   into their scans: s until the tree completed on the other workers, and
+3. the same tree, and the worker inside most scans killed (SIGKILL) 1 s
+   into them: s until the tree completed on the other workers, and
    model calls paid twice (from the ledger).
 
 Exits 1 (``CLAIM FAILED``) if a child ran on one worker only, spend differs
-from the ledger, a run spent past its budget, the cancel took over 200 ms, or
-a call was paid twice.
+from the ledger, a run spent past its budget, the cancel took over 200 ms
+(``--cancel-max-ms``: a machine busy with other work needs more), or a call
+was paid twice.
 
-    python examples/distributed_tree.py [--store postgresql://…]
+    python examples/distributed_tree.py [--store postgresql://…] [--cancel-max-ms MS]
 
 Without ``--store`` (or ``$ORCHESTRA_PG_URL``) a throwaway PostgreSQL cluster
 is started with ``tools/postgres.py`` (Debian's postgresql package) and
@@ -289,6 +290,12 @@ def kill_worker(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", default=os.environ.get("ORCHESTRA_PG_URL"))
+    parser.add_argument(
+        "--cancel-max-ms",
+        type=float,
+        default=CANCEL_MAX_MS,
+        help="the cancel's claim (default %(default).0f ms, on an idle machine)",
+    )
     args = parser.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="orchestra-example-workers."))
     box = Path(tempfile.mkdtemp(prefix="orchestra-example-box."))
@@ -321,7 +328,7 @@ def main() -> int:
         and abs(tree["tree"] - tree["ledger"]) < 1e-12
         and tree["worst"] <= 1
         and tree["completed"] == runs
-        and ms <= CANCEL_MAX_MS
+        and ms <= args.cancel_max_ms
         and interrupted == runs
         and completed == runs
         and twice == 0
