@@ -336,7 +336,7 @@ def measure_group(
     window = n * concurrency // RUNS_PER_TREE
     trees = window * p["rounds"]
     agent = research_tree()
-    kinds = ("rate", "workers", "postgres", "server", "cores", "machine")
+    kinds = ("rate", "workers", "postgres", "server", "cores", "machine", "calls")
     got: Samples = {k: [] for k in kinds}
     got.update({"embedded_cpu": [], "embedded_rate": []})
     with workers(db, n, concurrency, server, logs) as procs, Cluster(db) as cluster:
@@ -356,6 +356,7 @@ def measure_group(
             busy = batch["workers"] + batch["postgres"] + batch["server"] + batch["client"]
             got["cores"].append(busy / batch["wall"])
             got["machine"].append(batch["machine"] / batch["wall"])
+            got["calls"].append(batch["calls"] / batch["trees"])
             got["embedded_rate"].append(embedded["trees"] / embedded["wall"])
             got["embedded_cpu"].append(_per_call(embedded, "cpu"))
     return got
@@ -488,6 +489,7 @@ def _targets(
     cores = os.cpu_count() or 1
     busy = common.summary(groups[slow, last]["cores"])["median"]
     machine = common.summary(groups[slow, last]["machine"])["median"]
+    need = _cores_needed(groups, slow, first, last)
     ratio = growth["ratio"]
     # judged only where the cores are there for it: a core per worker, plus PostgreSQL's
     # and the model server's (on fewer, 4 workers share what 1 worker had)
@@ -504,7 +506,8 @@ def _targets(
             f"trees/s {first} → {last} workers ≥ {fmt(GROWTH_TARGET)}× ({slow:.0f} ms latency)",
             f"{common.ratio_text(ratio)}; at {last} workers the workers, PostgreSQL, the "
             f"model server and the client kept {fmt(busy)} of {cores} cores busy, the "
-            f"whole machine {fmt(machine)}",
+            f"whole machine {fmt(machine)}; {last / first:.0f}× {_workers(first)}'s trees/s "
+            f"at {_workers(last)}' CPU per tree needs {fmt(need)} cores",
             judged,
         ),
         common.target(
@@ -513,6 +516,21 @@ def _targets(
             burst_ok,
         ),
     ]
+
+
+def _cores_needed(
+    groups: dict[tuple[float, int], Samples], latency: float, first: int, last: int
+) -> float:
+    """Cores that ``last`` workers would keep busy at ``last / first`` times the trees/s
+    of ``first``, at their own CPU per tree (workers, PostgreSQL, model server)."""
+
+    def median(n: int, key: str) -> float:
+        value = common.summary(groups[latency, n][key])["median"]
+        return float(value or 0.0)
+
+    per_call_ms = sum(median(last, k) for k in ("workers", "postgres", "server"))
+    rate = median(first, "rate") * last / first
+    return rate * median(last, "calls") * per_call_ms / 1e3
 
 
 def _section(
