@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -64,8 +65,13 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
+    signal.signal(signal.SIGTERM, _terminated)  # the running section is stopped cleanly
     if args.worker:
         WORKERS[args.worker](json.loads(args.params))
         return 0

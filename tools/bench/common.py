@@ -30,6 +30,8 @@ TOOLS = Path(__file__).resolve().parent.parent
 ROOT = TOOLS.parent
 ENTRY = TOOLS / "benchmarks.py"
 PYTHON = sys.executable
+INTERRUPT_S = 20.0
+"""How long a worker interrupted before its end has to clean up."""
 MARK = "@@bench "
 """Prefix of the lines a worker prints for its parent (anything else on stdout is ignored)."""
 
@@ -308,10 +310,20 @@ class Worker:
         return "".join(self._stderr.readlines()[-lines:])
 
     def close(self, wait_s: float = 0.0) -> None:
-        """Stop it (after ``wait_s`` for it to exit by itself); keeps its stderr's tail."""
+        """Stop it (after ``wait_s`` for it to exit by itself); keeps its stderr's tail.
+
+        One still running gets SIGTERM (``benchmarks.py`` makes it SystemExit) and
+        :data:`INTERRUPT_S` to stop what it started that is not its descendant (a
+        PostgreSQL cluster), then SIGKILL. Not SIGINT: a job started in the
+        background by a shell ignores it, and so do its children.
+        """
         if self._stderr.closed:
             return
-        kill_tree(self.process, wait_s)
+        with suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=wait_s)
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        kill_tree(self.process, INTERRUPT_S)
         self._reader.join(timeout=5)
         self.tail = self.stderr_tail()
         self._stderr.close()
