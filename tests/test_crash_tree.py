@@ -62,7 +62,10 @@ from orchestra._money import from_usd
 SEED = int(os.environ.get("ORCHESTRA_CRASH_SEED", "1729"))
 TARGET_KILLS = int(os.environ.get("ORCHESTRA_CRASH_KILLS", "120"))
 MIN_KILLS = 100
-TIME_BOUND_S = 75.0  # no new tree starts after this
+TIME_BOUND_S = 75.0  # no new tree starts after this once MIN_KILLS kills are done
+HARD_BOUND_S = 600.0
+"""No new tree starts after this at all: a loaded machine runs fewer trees in
+TIME_BOUND_S (the kill count, not the clock, is what the test needs)."""
 WORKER_TIMEOUT_S = 60.0
 MAX_WORKERS_PER_TREE = 60
 
@@ -446,8 +449,9 @@ def test_sigkill_trees_at_random_moments_then_resume(tmp_path: Path) -> None:
     rng = random.Random(SEED)
     reports: list[TreeReport] = []
     started = time.monotonic()
-    while sum(r.kills for r in reports) < TARGET_KILLS:
-        if time.monotonic() - started > TIME_BOUND_S:
+    while (kills := sum(r.kills for r in reports)) < TARGET_KILLS:
+        elapsed = time.monotonic() - started
+        if (elapsed > TIME_BOUND_S and kills >= MIN_KILLS) or elapsed > HARD_BOUND_S:
             break
         n = len(reports)
         tree = tmp_path / f"tree-{n:03d}"
@@ -455,4 +459,4 @@ def test_sigkill_trees_at_random_moments_then_resume(tmp_path: Path) -> None:
     print(_summary(reports, time.monotonic() - started))
     assert not any(r.broken for r in reports), _failures(reports)
     kills = sum(r.kills for r in reports)
-    assert kills >= MIN_KILLS, f"only {kills} kills in {TIME_BOUND_S}s (seed {SEED})"
+    assert kills >= MIN_KILLS, f"only {kills} kills in {HARD_BOUND_S}s (seed {SEED})"

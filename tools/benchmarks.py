@@ -13,6 +13,7 @@ loopback HTTP figures. The full suite takes under 10 minutes on 2 cores.
     python tools/benchmarks.py                       # full: BENCHMARKS.md, benchmarks.json
     python tools/benchmarks.py --quick --out /tmp/B.md   # smoke: small N, few repeats
     python tools/benchmarks.py --only trees,cancel --compare benchmarks.json
+    python tools/benchmarks.py --only scaleout --update   # re-measure one section in place
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -52,13 +54,24 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--compare", type=Path, default=None, help="an earlier benchmarks.json to show beside"
     )
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="keep the other sections of the existing report (with --only); each "
+        "section says when it was measured",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--params", default="{}", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
+    signal.signal(signal.SIGTERM, _terminated)  # the running section is stopped cleanly
     if args.worker:
         WORKERS[args.worker](json.loads(args.params))
         return 0
@@ -82,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         only=only,
         previous=previous,
         command=shlex.join(shown),
+        update=args.update,
     )
 
 

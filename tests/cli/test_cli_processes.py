@@ -31,15 +31,17 @@ def cli(*args: str, check: int | None = 0) -> dict[str, Any]:
     return json.loads(done.stdout)
 
 
-def wait_for(predicate: Any, timeout: float = 30.0) -> Any:
-    """Poll the store for a condition set by another process (bounded)."""
+def wait_for(predicate: Any, what: str, timeout: float = 60.0) -> Any:
+    """Poll the store for a condition set by another process; at ``timeout``, fail
+    naming ``what`` was awaited. 60 s: a CLI process's start takes 1-2 s idle and
+    several times that on a loaded 2-core machine; the wait ends as soon as it holds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(0.02)
-    raise AssertionError("condition not reached")
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def test_destructive_approve_and_resume_in_new_processes(tmp_path: Path) -> None:
@@ -96,7 +98,11 @@ def _slow_tree_running(
     )
     try:
         store = SQLiteStore(store_path)
-        return runner, store, wait_for(lambda: _running_tree(store, 4))
+        return (
+            runner,
+            store,
+            wait_for(lambda: _running_tree(store, 4), "the slow_tree's 4 runs started"),
+        )
     except BaseException:
         reap(runner)
         raise
@@ -107,6 +113,8 @@ def test_orchestra_cancel_stops_a_tree_in_another_process(private_store: Path) -
     try:
         told = cli("cancel", root, "--reason", "from another shell")
         assert told["status"] == "interrupted"
+        # the tree's process polls for cancels every 50 ms: 1 s is 20 polls of margin
+        # for a loaded machine (measured: tens of ms idle)
         assert told["stopped_after_ms"] < 1000
         out, _ = runner.communicate(timeout=30)
     finally:

@@ -71,7 +71,8 @@ def pg_server_url(pg_server: tuple[str, str | None]) -> str:
 
 @pytest.fixture
 def pg_url(pg_server_url: str) -> Iterator[str]:
-    """The URL of a database of its own, created for the test and dropped after it."""
+    """The URL of a database of its own, created for the test and dropped after it
+    (with DBOS's beside it, if the test made one: nothing is left for later tests)."""
     name = f"orchestra_test_{uuid.uuid4().hex[:16]}"
     with psycopg.connect(pg_server_url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
@@ -79,7 +80,8 @@ def pg_url(pg_server_url: str) -> Iterator[str]:
         yield urlsplit(pg_server_url)._replace(path=f"/{name}").geturl()
     finally:
         with psycopg.connect(pg_server_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            for db in (name, f"{name}_dbos"):
+                admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
 
 @pytest.fixture

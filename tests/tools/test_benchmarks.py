@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -24,6 +26,8 @@ SECTIONS = (
     "counting",
     "startup",
 )
+"""The sections the quick suite test runs: all but ``scaleout``, which starts
+PostgreSQL and worker processes (minutes on 2 cores; see its own tests below)."""
 
 
 @pytest.fixture
@@ -37,7 +41,10 @@ def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 def test_quick_suite_writes_every_section_with_figures_and_targets(tmp_path: Path) -> None:
     out = tmp_path / "report" / "BENCH.md"
     done = subprocess.run(
-        [sys.executable, str(TOOLS / "benchmarks.py"), "--quick", "--out", str(out)],
+        [
+            *(sys.executable, str(TOOLS / "benchmarks.py"), "--quick", "--out", str(out)),
+            *("--only", ",".join(SECTIONS)),
+        ],
         capture_output=True,
         text=True,
         timeout=150,
@@ -115,3 +122,48 @@ def test_the_tree_scenario_fans_out_in_batches_of_100_then_answers() -> None:
     assert _calls("tree", "[tree 3] [slow]") == [f"[tree ] [slow] part {i}" for i in range(3)]
     assert _calls("tree", "[tree ] part 4") == "leaf: nothing to report."
     assert _calls("tree", "[tree ] [slow] part 4") == ["scan_archive"]
+
+
+def test_cpu_seconds_are_read_from_proc(bench: ModuleType) -> None:
+    from bench import scaleout
+
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+    spinner = subprocess.Popen([sys.executable, "-c", spin + "time.sleep(60)"])
+    try:
+        deadline = time.monotonic() + 30
+        while bench.common.cpu_seconds(spinner.pid) < 0.25:  # polled: a loaded machine is slow
+            assert time.monotonic() < deadline, "the child never spent 0.25 s of CPU"
+            time.sleep(0.05)
+        assert bench.common.tree_cpu_seconds(os.getpid()) >= 0.25  # its CPU counts in ours
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert bench.common.cpu_seconds(spinner.pid) == 0.0  # gone
+    assert scaleout.machine_busy_seconds() > 0
+
+
+def test_update_keeps_the_other_sections_and_says_when_each_was_measured(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    from bench import report, suite
+
+    machine = bench.common.machine()
+    old_machine = {**machine, "date": "2026-01-01 00:00 UTC", "commit": "0" * 40}
+    earlier = {
+        "command": "python tools/benchmarks.py",
+        "machine": old_machine,
+        "sections": [
+            bench.common.section(sid, suite.TITLES[sid], "", []) for sid in ("trees", "scaleout")
+        ],
+    }
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps(earlier), encoding="utf-8")
+    kept = suite._kept(path, ["scaleout"])
+    assert [s["id"] for s in kept] == ["trees"]
+    assert kept[0]["measured"]["commit"] == "0" * 40
+    results = {"command": "x", "quick": True, "machine": machine, "sections": kept}
+    suite._place(results, {**bench.common.section("startup", "CLI start-up", "", [])})
+    assert [s["id"] for s in results["sections"]] == ["trees", "startup"]
+    text = report.markdown({**results, "total_s": 1.0}, "benchmarks.json")
+    assert "kept from earlier runs (each says when it was measured): Trees." in text
+    assert "Measured separately: 2026-01-01 00:00 UTC, commit `000000000000`" in text

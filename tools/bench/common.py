@@ -30,6 +30,8 @@ TOOLS = Path(__file__).resolve().parent.parent
 ROOT = TOOLS.parent
 ENTRY = TOOLS / "benchmarks.py"
 PYTHON = sys.executable
+INTERRUPT_S = 20.0
+"""How long a worker interrupted before its end has to clean up."""
 MARK = "@@bench "
 """Prefix of the lines a worker prints for its parent (anything else on stdout is ignored)."""
 
@@ -198,6 +200,29 @@ def status_mb(field: str, pid: int | str = "self") -> float:
     return int(value.split()[0]) / 1024 if value else float("nan")
 
 
+def cpu_seconds(pid: int, *, reaped: bool = False) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads), from /proc/PID/stat;
+    with ``reaped``, plus those of its children that exited and it waited for
+    (0.0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    # after the command: state, ppid, ... (fields 3..); utime is field 14, stime 15,
+    # cutime 16, cstime 17 (proc(5)), in clock ticks
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of ``pid``, its live descendants, and the descendants that exited
+    (reaped: a server's ended connections count too)."""
+    return cpu_seconds(pid, reaped=True) + sum(cpu_seconds(p) for p in _descendants(pid))
+
+
 def rss_mb() -> float:
     return status_mb("VmRSS")
 
@@ -285,10 +310,20 @@ class Worker:
         return "".join(self._stderr.readlines()[-lines:])
 
     def close(self, wait_s: float = 0.0) -> None:
-        """Stop it (after ``wait_s`` for it to exit by itself); keeps its stderr's tail."""
+        """Stop it (after ``wait_s`` for it to exit by itself); keeps its stderr's tail.
+
+        One still running gets SIGTERM (``benchmarks.py`` makes it SystemExit) and
+        :data:`INTERRUPT_S` to stop what it started that is not its descendant (a
+        PostgreSQL cluster), then SIGKILL. Not SIGINT: a job started in the
+        background by a shell ignores it, and so do its children.
+        """
         if self._stderr.closed:
             return
-        kill_tree(self.process, wait_s)
+        with suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=wait_s)
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        kill_tree(self.process, INTERRUPT_S)
         self._reader.join(timeout=5)
         self.tail = self.stderr_tail()
         self._stderr.close()
@@ -313,10 +348,21 @@ def run_worker(name: str, params: dict[str, Any], timeout: float) -> dict[str, A
 
 
 @contextmanager
-def scripted_server() -> Iterator[str]:
-    """``orchestra serve-scripted`` in a child process on a free loopback port; its base URL."""
+def scripted_server(latency_ms: float = 0.0) -> Iterator[str]:
+    """``orchestra serve-scripted`` in a child process on a free loopback port; its base URL.
+
+    ``latency_ms``: the server waits that long before each reply (``--latency-ms``).
+    """
+    with scripted_process(latency_ms) as (url, _):
+        yield url
+
+
+@contextmanager
+def scripted_process(latency_ms: float = 0.0) -> Iterator[tuple[str, int]]:
+    """As :func:`scripted_server`; the base URL and the server's pid (to read its CPU)."""
     with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as log:
         argv = [PYTHON, "-m", "orchestra", "serve-scripted", "--port", "0"]
+        argv += ["--latency-ms", str(latency_ms)]
         process = subprocess.Popen(
             argv, stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT, start_new_session=True
         )
@@ -330,7 +376,7 @@ def scripted_server() -> Iterator[str]:
                 if process.poll() is not None or time.perf_counter() > deadline:
                     raise RuntimeError(f"the scripted server did not start: {banner!r}")
                 time.sleep(0.02)
-            yield banner.split()[-1]
+            yield banner.split()[-1], process.pid
         finally:
             kill_tree(process)
 

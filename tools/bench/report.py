@@ -91,11 +91,13 @@ def markdown(
         else ("full")
     )
     total = results.get("total_s")
+    kept = _updated(results)
     out = [
         "# Benchmarks",
         "",
-        f"`{results['command']}` — {mode}; the whole suite took "
+        f"`{results['command']}` — {mode}; {'this run' if kept else 'the whole suite'} took "
         f"{_duration(total) if total is not None else '(running)'}.",
+        *kept,
         "",
         "| | |",
         "|---|---|",
@@ -132,6 +134,7 @@ def markdown(
         out.append(
             sec["method"] + (f" (The section took {_duration(seconds)}.)" if seconds else "")
         )
+        out += _measured(sec.get("measured"), m)
         out.append("")
         out += _table(sec, old_rows)
         for t in sec["targets"]:
@@ -139,6 +142,34 @@ def markdown(
         for note in sec["notes"]:
             out += ["", note]
     return "\n".join(out) + "\n"
+
+
+def _updated(results: dict[str, Any]) -> list[str]:
+    """A line saying which sections this run measured, if it kept others (``--update``)."""
+    m = results["machine"]
+    earlier = [s["title"] for s in results["sections"] if _measured(s.get("measured"), m)]
+    if not earlier:
+        return []
+    return [
+        "",
+        "This run measured only the sections not listed here; kept from earlier runs "
+        f"(each says when it was measured): {', '.join(earlier)}. The table below "
+        "describes this run.",
+    ]
+
+
+def _measured(stamp: dict[str, Any] | None, header: dict[str, Any]) -> list[str]:
+    """A line naming the run that measured a section, if not the one in the header
+    (a report updated with ``--update``)."""
+    if stamp is None or (stamp["commit"], stamp["date"]) == (header["commit"], header["date"]):
+        return []
+    dirty = " + uncommitted changes" if stamp.get("uncommitted_changes") else ""
+    return [
+        "",
+        f"Measured separately: {stamp['date']}, commit `{stamp['commit'][:12]}`{dirty}, "
+        f"load average {_load(stamp.get('load_average'))} at the start, by "
+        f"`{stamp['command']}`.",
+    ]
 
 
 def _load(values: list[float] | None) -> str:
