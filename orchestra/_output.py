@@ -33,6 +33,7 @@ import jsonschema
 
 from ._exceptions import ConfigError
 from ._schema import schema_of
+from ._storable import NotStorable, decoded
 from ._tools import Tool
 
 __all__ = [
@@ -124,9 +125,9 @@ class OutputSpec:
     def check_text(self, text: str) -> Checked:
         """Parse ``text`` (a JSON document, perhaps in a code fence) and validate it."""
         try:
-            value = json.loads(_unfenced(text))
-        except ValueError as exc:
-            return Checked(error=f"it is not JSON ({exc})")
+            value = decoded(_unfenced(text))
+        except NotStorable as exc:
+            return Checked(error=str(exc))
         return self.check(value)
 
     def check(self, value: Any) -> Checked:

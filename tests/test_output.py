@@ -114,7 +114,7 @@ def test_an_output_tool_cannot_shadow_a_tool_of_that_name() -> None:
     [
         ('{"city": "Oslo"}', "'people' is a required property"),
         ('{"city": "Oslo", "people": "many"}', "at $.people: 'many' is not of type 'integer'"),
-        ("Oslo, 700000 people", "it is not JSON"),
+        ("Oslo, 700000 people", "it is not valid JSON"),
     ],
 )
 def test_an_answer_that_does_not_fit_says_where(text: str, error: str) -> None:
@@ -167,7 +167,7 @@ async def test_answers_that_never_fit_fail_the_run_after_the_retries() -> None:
     agent = Agent(name="a", model="m", output_type=SCHEMA, output_retries=2)
     result = await Runner(provider=provider).run(agent, "Where?")
     assert result.status is Status.FAILED and result.output is None
-    assert "did not fit the required output (it is not JSON" in result.state.reason
+    assert "did not fit the required output (it is not valid JSON" in result.state.reason
     assert "after 2 correction(s)" in result.state.reason and result.state.turns == 3
 
 

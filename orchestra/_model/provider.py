@@ -556,13 +556,21 @@ def reply_of(body: Any) -> ChatReply:
 
 
 def _decoded(content: bytes) -> Any:
-    """JSON ``content``; :class:`RecursionError` when nested deeper than orjson reads."""
+    """JSON ``content``; :class:`RecursionError` when nested deeper than orjson reads.
+
+    A body whose strings hold a lone surrogate escape (``"\\ud83d"``: half of
+    a UTF-16 pair, which orjson refuses) is decoded by ``json`` instead: the
+    reply is kept, the surrogate made U+FFFD where the reply enters the run
+    (see :mod:`orchestra._storable`).
+    """
     try:
         return orjson.loads(content)
     except orjson.JSONDecodeError as exc:
         if "depth limit" in str(exc):
             raise RecursionError(str(exc)) from None
-        raise
+        if "surrogate" not in str(exc):
+            raise
+    return json.loads(content)
 
 
 def _token_count(usage: Mapping[str, Any] | None, field: str) -> int:
