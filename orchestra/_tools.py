@@ -34,7 +34,7 @@ import trio
 
 from ._exceptions import ConfigError
 from ._schema import schema_of
-from ._storable import MAX_DEPTH, MAX_JSON_BYTES, NotStorable, decoded, too_deep
+from ._storable import MAX_DEPTH, MAX_JSON_BYTES, NotStorable, decoded, too_deep, valid_text
 
 if typing.TYPE_CHECKING:
     import jsonschema
@@ -256,14 +256,19 @@ def bound_result(text: str, limit: int) -> str:
     The start is cut on a character boundary so that start and note together
     fit in ``limit`` bytes (for any limit above ``NOTE_BYTES``); the note says
     the result was truncated and gives its full size. Bounding twice changes
-    nothing more.
+    nothing more. Lone surrogates (not valid Unicode, so not storable) become
+    U+FFFD first.
     """
-    data = text.encode("utf-8", errors="surrogatepass")
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (a file name read with surrogateescape)
+        text = valid_text(text)
+        data = text.encode("utf-8")
     if len(data) <= limit:
         return text
     head = utf8_prefix(data, limit - NOTE_BYTES)
     note = f"[truncated: the result was {len(data):,} bytes; showing the first {len(head):,} bytes]"
-    return f"{head.decode('utf-8', errors='surrogatepass')}\n{note}"
+    return f"{head.decode('utf-8')}\n{note}"
 
 
 _PLAIN_TYPES: dict[str, tuple[type, ...]] = {
