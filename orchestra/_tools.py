@@ -33,7 +33,7 @@ import attrs
 import trio
 
 from ._exceptions import ConfigError
-from ._schema import schema_of
+from ._schema import check_schema, schema_of
 from ._storable import MAX_DEPTH, MAX_JSON_BYTES, NotStorable, decoded, too_deep, valid_text
 
 if typing.TYPE_CHECKING:
@@ -145,12 +145,7 @@ class Tool:
         check_timeout(f"tool {self.name}: timeout_s", self.timeout_s)
         import jsonschema  # on first use: the command line starts without it
 
-        try:
-            jsonschema.Draft202012Validator.check_schema(dict(self.parameters))
-        except jsonschema.SchemaError as exc:
-            raise ConfigError(
-                f"tool {self.name}: invalid parameters schema: {exc.message}"
-            ) from exc
+        check_schema(dict(self.parameters), f"tool {self.name}: parameters")
         validator = jsonschema.Draft202012Validator(dict(self.parameters))
         object.__setattr__(self, "_validator", validator)
         object.__setattr__(self, "_surely_valid", plain_object_check(self.parameters))

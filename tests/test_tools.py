@@ -65,7 +65,7 @@ def test_bad_arguments_are_explained(raw, message):
 def test_bad_tool_definitions_are_refused():
     with pytest.raises(ConfigError, match="must match"):
         Tool(name="has space", description="", parameters={"type": "object"}, function=print)
-    with pytest.raises(ConfigError, match="invalid parameters schema"):
+    with pytest.raises(ConfigError, match="parameters: not a valid JSON schema"):
         Tool(name="t", description="", parameters={"type": 5}, function=print)
 
 
