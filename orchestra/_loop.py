@@ -216,7 +216,7 @@ async def _call(run: LiveRun, ask: _Ask) -> tuple[ChatReply, Usage] | None:
     finally:  # the note of the stream is cleared by the save that keeps its charge
         if reply is None and arrived.tokens:
             _record_cut(run, arrived)
-        release = partial(settle, run, ask.grant, reply, ask.margin, arrived.tokens)
+        release = partial(settle, run, ask.grant, reply, arrived.tokens)
         ledger = run.runner.ledger
         if ledger is None:
             usage = release()
