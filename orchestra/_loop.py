@@ -379,18 +379,19 @@ def _retrying(run: LiveRun, attempt: int, error: ProviderError, wait: float) -> 
         turn=run.state.turns + 1,
         attempt=attempt,
         wait_s=round(wait, 3),
-        error=str(error),
+        error=valid_text(str(error)),
         status=getattr(error, "status_code", None),
     )
 
 
 def _provider_exit(run: LiveRun, exc: ProviderError) -> Exit:
     """A transient failure that outlasted the retries stops the run resumable."""
+    said = valid_text(str(exc))  # a server's words, echoed: kept storable
     if not run.runner.retry.transient(exc):
-        return Exit(status=Status.FAILED, reason=f"model call failed: {exc}", error=str(exc))
-    reason = f"the model provider is unavailable (retries ran out): {exc}; resume later"
+        return Exit(status=Status.FAILED, reason=f"model call failed: {said}", error=said)
+    reason = f"the model provider is unavailable (retries ran out): {said}; resume later"
     waiting = Interruption(kind=InterruptionKind.PROVIDER_UNAVAILABLE, reason=reason)
-    return Exit(status=Status.INTERRUPTED, reason=reason, error=str(exc), interruption=waiting)
+    return Exit(status=Status.INTERRUPTED, reason=reason, error=said, interruption=waiting)
 
 
 def record_reply(run: LiveRun, reply: ChatReply, usage: Usage, grant: Grant) -> None:

@@ -39,6 +39,7 @@ __all__ = [
     "MAX_JSON_BYTES",
     "MIN_INT",
     "NotStorable",
+    "cleaned",
     "decoded",
     "json_depth",
     "problem",
@@ -221,14 +222,14 @@ def storable_message(message: dict[str, Any]) -> dict[str, Any]:
     found = problem(message)
     if found is None:
         return message
-    cleaned = _cleaned(message)
-    found = problem(cleaned)
+    fixed = cleaned(message)
+    found = problem(fixed)
     if found is not None:
         raise NotStorable(found)
-    return dict(cleaned)
+    return dict(fixed)
 
 
-def _cleaned(value: Any, depth: int = 0) -> Any:
+def cleaned(value: Any, depth: int = 0) -> Any:
     """``value`` with lone surrogates replaced in every string (nesting is checked
     by :func:`problem` after: this stops at :data:`MAX_DEPTH`)."""
     if isinstance(value, str):
@@ -237,9 +238,9 @@ def _cleaned(value: Any, depth: int = 0) -> Any:
         return value
     if isinstance(value, dict):
         return {
-            valid_text(k) if isinstance(k, str) else k: _cleaned(v, depth + 1)
+            valid_text(k) if isinstance(k, str) else k: cleaned(v, depth + 1)
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):
-        return [_cleaned(v, depth + 1) for v in value]
+        return [cleaned(v, depth + 1) for v in value]
     return value

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from orchestra import Agent, ConfigError, Runner, SQLiteStore, Status, tool
+from orchestra import Agent, ConfigError, OpenAIProvider, Runner, SQLiteStore, Status, tool
 from orchestra._execute import new_state
 from orchestra._model.provider import parse_reply
 from orchestra._storable import (
@@ -105,9 +105,21 @@ def test_prose_keeps_its_text_with_lone_surrogates_made_replacement_characters()
 
 
 def test_a_reply_body_with_a_lone_surrogate_escape_is_a_reply() -> None:
+    """orjson refuses such a body whole (the run was retried until it stopped)."""
     body = b'{"choices":[{"message":{"role":"assistant","content":"half \\ud83d"}}]}'
     response = httpx.Response(200, content=body, headers={"content-type": "application/json"})
-    assert parse_reply(response).message["content"] == "half \ud83d"
+    assert parse_reply(response).message["content"] == "half \ufffd"
+
+
+async def test_an_error_body_with_a_lone_surrogate_is_said_storably(tmp_path: Any) -> None:
+    body = b'{"error":{"message":"bad \\ud83d request"}}'
+    transport = httpx.MockTransport(lambda request: httpx.Response(400, content=body))
+    provider = OpenAIProvider(base_url="http://x/v1", transport=transport, stream=False)
+    store = SQLiteStore(tmp_path / "s.db")
+    result = await Runner(provider=provider, store=store).run(Agent(name="a", model="m"), "hi")
+    assert result.status is Status.FAILED
+    assert "answered 400: bad \ufffd request" in (result.state.reason or "")
+    assert _statuses(store) == ["failed"]
 
 
 # -- in runs ---------------------------------------------------------------------

@@ -43,6 +43,7 @@ from .._exceptions import (
     ProviderUnreachable,
 )
 from .._redact import excerpt, redact, register
+from .._storable import cleaned
 from .recover import cut_call, declared_names, recover_tool_calls
 from .stream import Assembly, Listener, is_event_stream
 from .tokens import declarations
@@ -559,9 +560,8 @@ def _decoded(content: bytes) -> Any:
     """JSON ``content``; :class:`RecursionError` when nested deeper than orjson reads.
 
     A body whose strings hold a lone surrogate escape (``"\\ud83d"``: half of
-    a UTF-16 pair, which orjson refuses) is decoded by ``json`` instead: the
-    reply is kept, the surrogate made U+FFFD where the reply enters the run
-    (see :mod:`orchestra._storable`).
+    a UTF-16 pair, which orjson refuses) is decoded by ``json`` instead, each
+    lone surrogate made U+FFFD (see :mod:`orchestra._storable`).
     """
     try:
         return orjson.loads(content)
@@ -570,7 +570,7 @@ def _decoded(content: bytes) -> Any:
             raise RecursionError(str(exc)) from None
         if "surrogate" not in str(exc):
             raise
-    return json.loads(content)
+    return cleaned(json.loads(content))
 
 
 def _token_count(usage: Mapping[str, Any] | None, field: str) -> int:
