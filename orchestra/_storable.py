@@ -33,6 +33,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
+
 __all__ = [
     "MAX_DEPTH",
     "MAX_INT",
@@ -42,6 +44,7 @@ __all__ = [
     "cleaned",
     "decoded",
     "json_depth",
+    "loads",
     "problem",
     "storable_message",
     "too_deep",
@@ -71,13 +74,35 @@ class NotStorable(ValueError):
 
 
 def valid_text(text: str) -> str:
-    """``text`` with every lone surrogate replaced by U+FFFD (``text`` itself when
-    it has none, which is checked at C speed)."""
+    """``text`` with surrogate pairs joined into their character (``"\\ud83d"``
+    and ``"\\ude00"`` from two stream chunks make one emoji) and every lone
+    surrogate replaced by U+FFFD; ``text`` itself when it has none (checked at
+    C speed)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return _LONE.sub(REPLACEMENT, text)
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return text
+
+
+def loads(data: str | bytes) -> Any:
+    """JSON ``data`` as orjson reads it; when its strings hold a lone surrogate
+    escape (which orjson refuses), as ``json`` reads it, with each lone
+    surrogate made U+FFFD (:func:`cleaned`).
+
+    Raises:
+        ValueError: ``data`` is not JSON, or (read by ``json``) is nested too
+            deeply (orjson's own limit raises ``orjson.JSONDecodeError``).
+    """
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        if "surrogate" not in str(exc):
+            raise
+    try:
+        return cleaned(json.loads(data))
+    except RecursionError:
+        raise ValueError("nested too deeply to decode") from None
 
 
 def json_depth(text: str) -> int:

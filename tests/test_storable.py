@@ -12,12 +12,14 @@ import pytest
 from orchestra import Agent, ConfigError, OpenAIProvider, Runner, SQLiteStore, Status, tool
 from orchestra._execute import new_state
 from orchestra._model.provider import parse_reply
+from orchestra._model.stream import Assembly
 from orchestra._storable import (
     MAX_DEPTH,
     MAX_INT,
     MIN_INT,
     NotStorable,
     decoded,
+    loads,
     problem,
     storable_message,
     valid_text,
@@ -120,6 +122,23 @@ async def test_an_error_body_with_a_lone_surrogate_is_said_storably(tmp_path: An
     assert result.status is Status.FAILED
     assert "answered 400: bad \ufffd request" in (result.state.reason or "")
     assert _statuses(store) == ["failed"]
+
+
+def test_a_streamed_chunk_with_a_lone_surrogate_escape_is_read() -> None:
+    assembly = Assembly(limit=None, listener=None, sent_at=0.0)
+    for data in (
+        '{"choices":[{"index":0,"delta":{"role":"assistant","content":"half "}}]}',
+        '{"choices":[{"index":0,"delta":{"content":"\\ud83d emoji"},"finish_reason":"stop"}]}',
+        "[DONE]",
+    ):
+        assembly.feed(data)
+    assert assembly.body()["choices"][0]["message"]["content"] == "half \ufffd emoji"
+
+
+@pytest.mark.parametrize("depth", [2000, 100_000])
+def test_a_deep_body_with_a_lone_surrogate_is_refused_not_a_recursion_error(depth: int) -> None:
+    with pytest.raises(ValueError, match=r"nested too deeply|depth"):
+        loads('["\\ud83d", ' + "[" * depth + "]" * depth + "]")
 
 
 # -- in runs ---------------------------------------------------------------------

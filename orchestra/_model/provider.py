@@ -43,7 +43,7 @@ from .._exceptions import (
     ProviderUnreachable,
 )
 from .._redact import excerpt, redact, register
-from .._storable import cleaned
+from .._storable import loads
 from .recover import cut_call, declared_names, recover_tool_calls
 from .stream import Assembly, Listener, is_event_stream
 from .tokens import declarations
@@ -564,13 +564,11 @@ def _decoded(content: bytes) -> Any:
     lone surrogate made U+FFFD (see :mod:`orchestra._storable`).
     """
     try:
-        return orjson.loads(content)
-    except orjson.JSONDecodeError as exc:
-        if "depth limit" in str(exc):
+        return loads(content)
+    except ValueError as exc:
+        if "depth limit" in str(exc) or "nested too deeply" in str(exc):
             raise RecursionError(str(exc)) from None
-        if "surrogate" not in str(exc):
-            raise
-    return cleaned(json.loads(content))
+        raise
 
 
 def _token_count(usage: Mapping[str, Any] | None, field: str) -> int:
