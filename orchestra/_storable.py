@@ -9,8 +9,9 @@ from outside is checked here, once, where it enters:
   in a JSON string without its pair, or a file name decoded with
   ``surrogateescape``) is not. In prose (a reply's text, a tool's result) it
   becomes U+FFFD, as any UTF-8 decoder does with a broken character
-  (:func:`valid_text`); in a value the model must give exactly (tool
-  arguments, a structured answer) the value is refused (:func:`decoded`).
+  (:func:`valid_text`; a reply body or stream chunk orjson refuses for it is
+  read by ``json``: :func:`loads`); in a value the model must give exactly
+  (tool arguments, a structured answer) the value is refused (:func:`decoded`).
 - **integers** from ``-2**63`` to ``2**64 - 1`` (orjson's range), and
   **numbers** that are finite (``NaN``, ``Infinity`` and ``1e400`` are refused).
 - **nesting** of arrays and objects at most :data:`MAX_DEPTH` levels deep,
@@ -59,8 +60,6 @@ MIN_INT = -(2**63)
 """The smallest integer a saved value may hold (orjson's limit)."""
 MAX_INT = 2**64 - 1
 """The largest integer a saved value may hold (orjson's limit)."""
-REPLACEMENT = "\ufffd"
-"""What a lone surrogate in prose becomes."""
 
 _LONE = re.compile("[\ud800-\udfff]")
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
@@ -74,8 +73,8 @@ class NotStorable(ValueError):
 
 
 def valid_text(text: str) -> str:
-    """``text`` with surrogate pairs joined into their character (``"\\ud83d"``
-    and ``"\\ude00"`` from two stream chunks make one emoji) and every lone
+    """``text`` with surrogate pairs joined into their character (two code points
+    ``\\ud83d`` ``\\ude00`` side by side make one emoji) and every lone
     surrogate replaced by U+FFFD; ``text`` itself when it has none (checked at
     C speed)."""
     try:
