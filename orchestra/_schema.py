@@ -116,6 +116,9 @@ def check_schema(schema: Mapping[str, Any], what: str) -> None:
 def _unresolved_ref(schema: Mapping[str, Any]) -> str | None:
     """The first ``$ref`` of ``schema`` that does not resolve from its root, if any
     (refs under a nested ``$id``, which moves their base, are left to the validator)."""
+    refs = _refs(schema)
+    if not refs:
+        return None
     from jsonschema_specifications import REGISTRY  # type: ignore[import-untyped]
     from referencing import Resource
     from referencing.exceptions import Unresolvable
@@ -124,7 +127,7 @@ def _unresolved_ref(schema: Mapping[str, Any]) -> str | None:
     resource = Resource.from_contents(dict(schema), default_specification=DRAFT202012)
     base = resource.id() or _ROOT
     resolver = REGISTRY.with_resource(base, resource).resolver(base_uri=base)
-    for ref in _refs(schema):
+    for ref in refs:
         try:
             resolver.lookup(ref)
         except Unresolvable:
