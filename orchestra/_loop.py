@@ -23,7 +23,7 @@ from ._budget_note import budget_note
 from ._dispatch import dispatch, flush_results, pending_calls, record_result
 from ._exceptions import ProviderError, ProviderReplyError
 from ._model.margin import Margin
-from ._model.provider import ChatReply, ChatRequest, fresh_id
+from ._model.provider import MAX_REPLY_TOKENS, ChatReply, ChatRequest, fresh_id
 from ._model.retry import complete_with_retries
 from ._money import to_usd
 from ._output import correction, is_correction
@@ -308,13 +308,23 @@ def kept(reply: ChatReply) -> ChatReply:
 
     Raises:
         ProviderReplyError: something else in its message cannot be kept (a
-            custom provider's integer past 64 bits, a set...).
+            custom provider's integer past 64 bits, a set...), or its token
+            counts are not whole numbers from 0 to ``MAX_REPLY_TOKENS``.
     """
     labels = (reply.finish_reason, reply.model or "", reply.id or "")
     try:
         message = storable_message(reply.message)
     except NotStorable as exc:
         raise ProviderReplyError(f"the reply cannot be kept: {exc}") from None
+    counts = (reply.prompt_tokens, reply.completion_tokens, reply.cached_tokens)
+    if any(
+        type(n) is not int or not 0 <= n <= MAX_REPLY_TOKENS
+        for n in (*counts, reply.reasoning_tokens)
+    ):
+        raise ProviderReplyError(
+            f"implausible token counts in the reply (each must be a whole number "
+            f"from 0 to {MAX_REPLY_TOKENS:,})"
+        )
     if message is reply.message and all(valid_text(t) is t for t in labels):
         return reply
     return attrs.evolve(

@@ -6,10 +6,21 @@ import json
 import re
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 
-from orchestra import Agent, ConfigError, OpenAIProvider, Runner, SQLiteStore, Status, tool
+from orchestra import (
+    Agent,
+    ChatReply,
+    ChatRequest,
+    ConfigError,
+    OpenAIProvider,
+    Runner,
+    SQLiteStore,
+    Status,
+    tool,
+)
 from orchestra._execute import new_state
 from orchestra._model.provider import parse_reply
 from orchestra._model.stream import Assembly
@@ -243,3 +254,19 @@ def test_a_task_that_is_not_valid_unicode_is_refused_before_the_run_exists() -> 
     agent = Agent(name="a", model="m")
     with pytest.raises(ConfigError, match="lone surrogate"):
         new_state(agent, "read \udcff.log", agent.limits)
+
+
+@pytest.mark.parametrize("tokens", [2**70, -1, 1.5])
+async def test_a_custom_providers_implausible_usage_ends_the_run_with_a_reason(
+    tmp_path: Any, autojump_clock: Any, tokens: Any
+) -> None:
+    class Implausible(FakeProvider):
+        async def complete(self, request: ChatRequest) -> ChatReply:
+            reply = await super().complete(request)
+            return attrs.evolve(reply, completion_tokens=tokens)
+
+    store = SQLiteStore(tmp_path / "s.db")
+    runner = Runner(provider=Implausible(DONE), store=store)
+    result = await runner.run(Agent(name="a", model="m"), "hi")
+    assert "implausible token counts in the reply" in (result.state.reason or "")
+    assert _statuses(store) == [result.status.value] != ["running"]
