@@ -232,7 +232,7 @@ def _int_problem(value: int) -> str:
     digits = len(str(abs(value))) if abs(value) < 10**4000 else "over 4,000"
     return (
         f"the integer ({digits} digits) is outside what can be kept "
-        f"({MIN_INT:,} to {MAX_INT:,}); send it as a string"
+        f"({MIN_INT:,} to {MAX_INT:,})"
     )
 
 
