@@ -174,12 +174,15 @@ def _budget_exit(reason: str) -> Exit:
 
 
 def settle(
-    run: LiveRun, grant: Grant, reply: ChatReply | None, margin: Margin, arrived: int = 0
+    run: LiveRun, grant: Grant, reply: ChatReply | None, arrived: int = 0
 ) -> Usage:
     """Release ``grant`` and charge what the reply really cost.
 
-    A reply without usage is charged as estimated: the prompt as reserved, and
-    our count of the reply widened by ``margin`` (at most ``max_tokens``). No
+    A reply without usage is charged as estimated: the prompt as reserved (our
+    count widened by the prompt margin: the server's count of a prompt is
+    not ours, and only the reservation is sure to cover it) and our own count
+    of the reply (at least 1, at most ``max_tokens``); the run's reason says so
+    (:func:`~orchestra._run.estimate_note`). No
     reply: nothing, unless part of a streamed one had ``arrived`` (tokens, by
     our count) before it was cut: then the prompt as reserved and what arrived
     (at most ``max_tokens``).
@@ -190,8 +193,8 @@ def settle(
     prompt, completion = reply.prompt_tokens, reply.completion_tokens
     if not reply.usage_reported:
         prompt = grant.prompt
-        ours = count_completion(reply.message)
-        completion = min(max(margin.apply(ours), 1), grant.max_tokens)
+        completion = min(max(count_completion(reply.message), 1), grant.max_tokens)
+        run.estimated += 1
     price = run.runner.price_of(run.state.model)
     usage = Usage(
         model_calls=1,

@@ -12,7 +12,12 @@ conversation spent is the sum of its runs' spend (``orchestra show`` says it).
 
 Calls the earlier run made and never got a result for (it stopped for an
 approval, at a limit, on a cancel) are answered in words before the new
-message, so the transcript stays one a chat API accepts; none is run.
+message, so the transcript stays one a chat API accepts; none is run. The
+words are true to what happened: a call that ran and whose result was not
+yet in the transcript gets that result; a call that *started* (a write whose
+started marker was saved, a call that spawned a child run) and left no result
+may have taken effect, and is told so (:data:`STARTED`); only a call that never
+started is "not run" (:data:`NOT_RUN`).
 """
 
 from __future__ import annotations
@@ -22,10 +27,16 @@ from typing import Any
 from ._exceptions import StateError
 from ._state import RunState, Status
 
-__all__ = ["NOT_RUN", "continued_messages", "refuse_to_continue"]
+__all__ = ["NOT_RUN", "STARTED", "continued_messages", "refuse_to_continue"]
 
 NOT_RUN = "Not run: the conversation went on with a new message instead."
-"""The result given to a call the continued run left without one."""
+"""The result given to a call the continued run never started."""
+STARTED = (
+    "Started, outcome unknown: the run stopped while this call was running, so it "
+    "may or may not have taken effect; the conversation went on with a new message "
+    "instead. Check before doing it again."
+)
+"""The result given to a call the continued run started and left without a result."""
 
 
 def refuse_to_continue(earlier: RunState, agent_name: str) -> None:
@@ -58,6 +69,17 @@ def continued_messages(earlier: RunState, message: str) -> list[dict[str, Any]]:
     )
     for call in last_calls.get("tool_calls") or ():
         if call.get("id") not in answered:
-            messages.append({"role": "tool", "tool_call_id": call.get("id"), "content": NOT_RUN})
+            said = _unanswered(earlier, str(call.get("id")))
+            messages.append({"role": "tool", "tool_call_id": call.get("id"), "content": said})
     messages.append({"role": "user", "content": message})
     return messages
+
+
+def _unanswered(earlier: RunState, call_id: str) -> str:
+    """What a call ``earlier`` left out of its transcript is told: its result if it
+    ran, :data:`STARTED` if it started, else :data:`NOT_RUN`."""
+    if call_id in earlier.results:
+        return earlier.results[call_id]
+    if call_id in earlier.started or call_id in earlier.children:
+        return STARTED
+    return NOT_RUN

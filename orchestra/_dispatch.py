@@ -32,6 +32,7 @@ from ._output import OUTPUT_TAKEN, FinalOutput
 from ._redact import redact
 from ._run import ChildPending, ChildWaiting, Exit, LiveRun
 from ._state import Interruption, InterruptionKind, RunState, Status, Usage
+from ._storable import valid_text
 from ._tools import Tool, ToolContext, ToolInputError, bound_result
 
 __all__ = [
@@ -516,11 +517,11 @@ def _lost_touch(run: LiveRun, call: Call, exc: ToolOutcomeUnknown, ms: float) ->
         tool=call.tool.name,
         call_id=call.id,
         error_type=exception_type(exc),
-        error=redact(str(exc))[:1000],
+        error=redact(valid_text(str(exc)))[:1000],
         in_doubt=True,
         ms=ms,
     )
-    _in_doubt(run, call, f"{call.tool.name} failed mid-call ({redact(str(exc))[:300]})")
+    _in_doubt(run, call, f"{call.tool.name} failed mid-call ({redact(valid_text(str(exc)))[:300]})")
 
 
 def _in_doubt(run: LiveRun, call: Call, what: str) -> None:
@@ -543,16 +544,17 @@ def _on_error(run: LiveRun, call: Call, exc: Exception) -> tuple[str, bool, Exit
     Both are redacted of secrets (a tool's error may quote a key or a header).
     Emits ``tool_error`` with the exception's type and message.
     """
+    said = valid_text(str(exc))  # a tool's words may quote what it read: keep them storable
     run.emit(
         "tool_error",
         tool=call.tool.name,
         call_id=call.id,
         error_type=exception_type(exc),
-        error=str(exc)[:1000],
+        error=said[:1000],
     )
     policy = run.agent.policy
     text = bound_result(redact(policy.error_text(call.tool.name, exc)), policy.max_result_bytes)
-    message = redact(str(exc))
+    message = redact(said)
     if isinstance(exc, policy.permanent_errors):
         why = f"{call.tool.name} failed in a way retrying cannot fix: {message}"
     elif policy.fatal_errors:

@@ -28,6 +28,7 @@ from ._loop import charge_lost_stream, drive
 from ._result import RunResult, stop_sentence
 from ._run import ChildWaiting, Exit, Host, LiveRun
 from ._state import Interruption, InterruptionKind, LimitRaise, Limits, RunState, Status, Usage
+from ._storable import problem
 from ._wind_down import carve_keeping
 
 __all__ = [
@@ -59,9 +60,15 @@ def new_state(
     run_id: str | None = None,
     metadata: dict[str, str] | None = None,
 ) -> RunState:
-    """The state of a run that has not started yet."""
+    """The state of a run that has not started yet.
+
+    Raises:
+        ConfigError: ``task`` is empty or not valid Unicode (a lone surrogate).
+    """
     if not isinstance(task, str) or not task.strip():
         raise ConfigError("a run needs a non-empty task")
+    if (found := problem(task)) is not None:
+        raise ConfigError(f"the task cannot be kept: {found}")
     system = [{"role": "system", "content": agent.instructions}] if agent.instructions else []
     run_id = run_id or new_run_id()
     return RunState(

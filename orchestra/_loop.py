@@ -21,15 +21,16 @@ from ._answers import LOOK_NOTE, answer_exit, must_look, tool_ran
 from ._budget import Grant, charge_partial, check_turns, overspent_reason, reserve, settle
 from ._budget_note import budget_note
 from ._dispatch import dispatch, flush_results, pending_calls, record_result
-from ._exceptions import ProviderError
+from ._exceptions import ProviderError, ProviderReplyError
 from ._model.margin import Margin
-from ._model.provider import ChatReply, ChatRequest, fresh_id
+from ._model.provider import MAX_REPLY_TOKENS, ChatReply, ChatRequest, fresh_id
 from ._model.retry import complete_with_retries
 from ._money import to_usd
 from ._output import correction, is_correction
 from ._run import Exit, LiveRun
 from ._state import Interruption, InterruptionKind, RunState, Status, Usage
 from ._stops import check_stops
+from ._storable import NotStorable, storable_message, valid_text
 from ._stores.contract import LiveStream
 
 __all__ = ["drive"]
@@ -216,7 +217,7 @@ async def _call(run: LiveRun, ask: _Ask) -> tuple[ChatReply, Usage] | None:
     finally:  # the note of the stream is cleared by the save that keeps its charge
         if reply is None and arrived.tokens:
             _record_cut(run, arrived)
-        release = partial(settle, run, ask.grant, reply, ask.margin, arrived.tokens)
+        release = partial(settle, run, ask.grant, reply, arrived.tokens)
         ledger = run.runner.ledger
         if ledger is None:
             usage = release()
@@ -288,12 +289,52 @@ class _Arrived:
 
 
 async def _attempt(run: LiveRun, request: ChatRequest, arrived: _Arrived) -> ChatReply:
+    """One call of the provider; its reply as it can be kept (see :func:`kept`).
+
+    Raises:
+        _Cut: a streamed reply failed after part of it arrived.
+        ProviderError: the call failed (a reply that cannot be kept included).
+    """
     try:
-        return await run.runner.provider.complete(request)
+        return kept(await run.runner.provider.complete(request))
     except ProviderError as exc:
         if arrived.tokens:
             raise _Cut(exc) from exc
         raise
+
+
+def kept(reply: ChatReply) -> ChatReply:
+    """``reply`` as a run can keep it: where it enters, whatever the provider, lone
+    surrogates in its text become U+FFFD (see :mod:`orchestra._storable`).
+
+    Raises:
+        ProviderReplyError: something else in its message cannot be kept (a
+            custom provider's integer past 64 bits, a set...), or its token
+            counts are not whole numbers from 0 to ``MAX_REPLY_TOKENS``.
+    """
+    labels = (reply.finish_reason, reply.model or "", reply.id or "")
+    try:
+        message = storable_message(reply.message)
+    except NotStorable as exc:
+        raise ProviderReplyError(f"the reply cannot be kept: {exc}") from None
+    counts = (reply.prompt_tokens, reply.completion_tokens, reply.cached_tokens)
+    if any(
+        type(n) is not int or not 0 <= n <= MAX_REPLY_TOKENS
+        for n in (*counts, reply.reasoning_tokens)
+    ):
+        raise ProviderReplyError(
+            f"implausible token counts in the reply (each must be a whole number "
+            f"from 0 to {MAX_REPLY_TOKENS:,})"
+        )
+    if message is reply.message and all(valid_text(t) is t for t in labels):
+        return reply
+    return attrs.evolve(
+        reply,
+        message=message,
+        finish_reason=valid_text(reply.finish_reason),
+        model=None if reply.model is None else valid_text(reply.model),
+        id=None if reply.id is None else valid_text(reply.id),
+    )
 
 
 LIVE_TEXT_KEPT = 2000
@@ -305,7 +346,8 @@ CUT_TEXT_KEPT = 2000
 def _record_cut(run: LiveRun, arrived: _Arrived) -> None:
     """Say what a cut stream delivered (kept with the run's events, never in its
     transcript: a partial reply is never taken for a reply)."""
-    record_cut(run, "".join(arrived.pieces), arrived.tokens, run.cancel_reason or "")
+    text = valid_text("".join(arrived.pieces))
+    record_cut(run, text, arrived.tokens, run.cancel_reason or "")
 
 
 def record_cut(run: LiveRun, text: str, tokens: int, reason: str) -> None:
@@ -348,18 +390,19 @@ def _retrying(run: LiveRun, attempt: int, error: ProviderError, wait: float) -> 
         turn=run.state.turns + 1,
         attempt=attempt,
         wait_s=round(wait, 3),
-        error=str(error),
+        error=valid_text(str(error)),
         status=getattr(error, "status_code", None),
     )
 
 
 def _provider_exit(run: LiveRun, exc: ProviderError) -> Exit:
     """A transient failure that outlasted the retries stops the run resumable."""
+    said = valid_text(str(exc))  # a server's words, echoed: kept storable
     if not run.runner.retry.transient(exc):
-        return Exit(status=Status.FAILED, reason=f"model call failed: {exc}", error=str(exc))
-    reason = f"the model provider is unavailable (retries ran out): {exc}; resume later"
+        return Exit(status=Status.FAILED, reason=f"model call failed: {said}", error=said)
+    reason = f"the model provider is unavailable (retries ran out): {said}; resume later"
     waiting = Interruption(kind=InterruptionKind.PROVIDER_UNAVAILABLE, reason=reason)
-    return Exit(status=Status.INTERRUPTED, reason=reason, error=str(exc), interruption=waiting)
+    return Exit(status=Status.INTERRUPTED, reason=reason, error=said, interruption=waiting)
 
 
 def record_reply(run: LiveRun, reply: ChatReply, usage: Usage, grant: Grant) -> None:

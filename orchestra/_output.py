@@ -32,8 +32,9 @@ import cattrs
 import jsonschema
 
 from ._exceptions import ConfigError
-from ._schema import schema_of
-from ._tools import Tool
+from ._schema import check_schema, schema_of
+from ._storable import NotStorable, decoded
+from ._tools import Tool, ToolInputError
 
 __all__ = [
     "OUTPUT_TAKEN",
@@ -124,20 +125,29 @@ class OutputSpec:
     def check_text(self, text: str) -> Checked:
         """Parse ``text`` (a JSON document, perhaps in a code fence) and validate it."""
         try:
-            value = json.loads(_unfenced(text))
-        except ValueError as exc:
-            return Checked(error=f"it is not JSON ({exc})")
+            value = decoded(_unfenced(text))
+        except NotStorable as exc:
+            return Checked(error=str(exc))
         return self.check(value)
 
     def check(self, value: Any) -> Checked:
-        """Validate ``value`` against the schema."""
+        """Validate ``value`` against the schema, then build it (the output class's
+        validators may refuse a value the schema allows)."""
         validator = jsonschema.Draft202012Validator(self.schema)
         errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
         if not errors:
-            return Checked(value=value)
+            return Checked(value=value, error=self.refusal(value))
         shown = "; ".join(_said(e) for e in errors[:ERRORS_SHOWN])
         more = len(errors) - ERRORS_SHOWN
         return Checked(error=shown + (f"; and {more} more" if more > 0 else ""))
+
+    def refusal(self, value: Any) -> str | None:
+        """Why the output class refuses ``value`` (its validators), or None if it builds."""
+        try:
+            self.build(value)
+        except Exception as exc:  # the class's own code: whatever it raises is a refusal
+            return _refused(exc)
+        return None
 
 
 def output_spec(output_type: object, via: str = "response_format") -> OutputSpec:
@@ -160,10 +170,7 @@ def output_spec(output_type: object, via: str = "response_format") -> OutputSpec
             f"output_type must be a JSON schema (a dict), an attrs class or a TypedDict, "
             f"got {output_type!r}"
         )
-    try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise ConfigError(f"output_type is not a valid JSON schema: {exc.message}") from None
+    check_schema(schema, "output_type")
     how: Via = "tool" if via == "tool" else "response_format"
     spec = OutputSpec(
         name=_NAME.sub("_", name)[:64], schema=schema, strict=_strict(schema), via=how, build=build
@@ -192,8 +199,22 @@ def _identity(value: Any) -> Any:
 
 
 def _structurer(cls: type) -> Callable[[Any], Any]:
-    converter = cattrs.Converter()
+    """Build ``cls`` from its JSON value: fields by their ``__init__`` names, as the
+    schema has them (attrs names ``_secret`` ``secret``), defaults for those left out."""
+    converter = cattrs.Converter(use_alias=True)
     return lambda value: converter.structure(value, cls)
+
+
+def _refused(exc: Exception) -> str:
+    """What an output class's refusal says, at its place (``'n' must be >= 0: -1 at $``)."""
+    if isinstance(exc, cattrs.BaseValidationError):
+        said = cattrs.transform_error(exc, path="$", format_exception=_why)
+        return "the value was refused: " + "; ".join(s.replace(" @ $", " at $") for s in said)
+    return f"the value was refused: {_why(exc, None)}"
+
+
+def _why(exc: BaseException, _type: Any) -> str:
+    return str(exc) or type(exc).__name__
 
 
 def _unfenced(text: str) -> str:
@@ -238,7 +259,8 @@ def output_tool(spec: OutputSpec) -> Tool:
     def answer(**arguments: Any) -> str:
         raise FinalOutput(arguments["value"] if spec.wrapped else arguments)
 
-    return Tool(
+    return _OutputTool(
+        output=spec,
         name=OUTPUT_TOOL,
         description="Give your final answer: call this, with arguments that fit the "
         "required output, once you have it.",
@@ -246,3 +268,24 @@ def output_tool(spec: OutputSpec) -> Tool:
         function=answer,
         read_only=True,
     )
+
+
+@attrs.frozen(kw_only=True)
+class _OutputTool(Tool):
+    """The output tool: its arguments are refused, as any call's that do not fit,
+    when the output class refuses them too (a validator stricter than the schema)."""
+
+    output: OutputSpec = attrs.field(eq=False, repr=False)
+
+    def parse_arguments(self, raw: str) -> dict[str, Any]:
+        """Decode and validate the arguments, then build the answer from them.
+
+        Raises:
+            ToolInputError: with a message the model can act on.
+        """
+        arguments = super().parse_arguments(raw)
+        spec = self.output
+        refused = spec.refusal(arguments["value"] if spec.wrapped else arguments)
+        if refused is not None:
+            raise ToolInputError(refused)
+        return arguments

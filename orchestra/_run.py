@@ -201,6 +201,9 @@ class LiveRun:
     parked: bool = False
     """Whether a call of this step waits for a child run executing elsewhere
     (:class:`ChildPending`): the step ends with the call pending."""
+    estimated: int = 0
+    """Replies this process charged without the server's usage (as estimated:
+    see :func:`~orchestra._budget.settle`); the run's reason says so."""
 
     _lineage: tuple[LiveRun, ...] = attrs.field(init=False, repr=False)
     """This run and its ancestors (a run's parent never changes)."""
@@ -309,7 +312,7 @@ class LiveRun:
         self.stop_clock()
         s.status, s.reason, s.error, s.interruption = (
             exit_.status,
-            redact(exit_.reason),
+            redact(exit_.reason + estimate_note(self.estimated)),
             None if exit_.error is None else redact(exit_.error),
             exit_.interruption,
         )
@@ -325,6 +328,18 @@ class LiveRun:
         if not self.runner.lost_lease(s.root_id):
             with contextlib.suppress(LeaseLost):  # the runner has noted it and cancels the tree
                 self.checkpoint()
+
+
+def estimate_note(replies: int) -> str:
+    """What the reason of a run adds when ``replies`` of its replies came without
+    usage (nothing when none did)."""
+    if not replies:
+        return ""
+    some = "1 reply" if replies == 1 else f"{replies} replies"
+    return (
+        f" ({some} without usage, charged as estimated: the prompt as reserved, "
+        "our count widened by the prompt margin; the reply by our count)"
+    )
 
 
 def _pico_left(node: LiveRun) -> int | None:

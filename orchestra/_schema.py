@@ -1,4 +1,6 @@
-"""JSON schemas of Python types: one derivation for tool parameters and outputs."""
+"""JSON schemas of Python types: one derivation for tool parameters and outputs;
+and one check of a schema given (:func:`check_schema`), when a tool or an agent
+is built rather than when a run first uses it."""
 
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, is
 import attrs
 
 from ._exceptions import ConfigError
+from ._storable import problem
 
-__all__ = ["schema_of"]
+__all__ = ["check_schema", "schema_of"]
 
 _SIMPLE: Mapping[Any, dict[str, Any]] = {
     str: {"type": "string"},
@@ -82,3 +85,71 @@ def _object(cls: type, seen: tuple[type, ...]) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": "object", "properties": properties, "required": required}
     schema["additionalProperties"] = False
     return schema
+
+
+_ROOT = "urn:orchestra:schema"
+"""The base URI of a schema that declares no ``$id``."""
+
+
+def check_schema(schema: Mapping[str, Any], what: str) -> None:
+    """Refuse a schema no run could use: one that is not JSON (a Python set inside
+    it), not a valid JSON schema, or with a ``$ref`` that cannot be resolved (a
+    missing ``$defs`` entry, a remote document: nothing is fetched).
+
+    Raises:
+        ConfigError: one line naming ``what`` (``output_type``, ``tool x``) and why.
+    """
+    import jsonschema  # on first use: the command line starts without it
+
+    found = problem(schema)
+    if found is not None:
+        raise ConfigError(f"{what}: the schema is not JSON: {found}")
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ConfigError(f"{what}: not a valid JSON schema: {exc.message}") from None
+    ref = _unresolved_ref(schema)
+    if ref is not None:
+        raise ConfigError(f"{what}: the schema's $ref {ref!r} cannot be resolved")
+
+
+def _unresolved_ref(schema: Mapping[str, Any]) -> str | None:
+    """The first ``$ref`` of ``schema`` that does not resolve from its root, if any
+    (refs under a nested ``$id``, which moves their base, are left to the validator)."""
+    refs = _refs(schema)
+    if not refs:
+        return None
+    from jsonschema_specifications import REGISTRY  # type: ignore[import-untyped]
+    from referencing import Resource
+    from referencing.exceptions import Unresolvable
+    from referencing.jsonschema import DRAFT202012
+
+    resource = Resource.from_contents(dict(schema), default_specification=DRAFT202012)
+    base = resource.id() or _ROOT
+    resolver = REGISTRY.with_resource(base, resource).resolver(base_uri=base)
+    for ref in refs:
+        try:
+            resolver.lookup(ref)
+        except Unresolvable:
+            return ref
+    return None
+
+
+def _refs(schema: Any) -> list[str]:
+    """Every ``$ref`` string in ``schema``, outside subschemas with an ``$id`` of
+    their own (the schema is JSON, at most 64 levels deep: see :func:`check_schema`)."""
+    found: list[str] = []
+    stack = [schema]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            if isinstance(item.get("$ref"), str):
+                found.append(item["$ref"])
+            stack.extend(
+                v
+                for k, v in item.items()
+                if isinstance(v, Mapping | list) and not (isinstance(v, Mapping) and "$id" in v)
+            )
+        elif isinstance(item, list):
+            stack.extend(v for v in item if isinstance(v, Mapping | list))
+    return found

@@ -22,7 +22,6 @@ returns is cut to ``ToolContext.max_result_bytes`` by :func:`bound_result`.
 from __future__ import annotations
 
 import inspect
-import itertools
 import json
 import re
 import typing
@@ -34,16 +33,17 @@ import attrs
 import trio
 
 from ._exceptions import ConfigError
-from ._schema import schema_of
+from ._schema import check_schema, schema_of
+from ._storable import MAX_DEPTH, MAX_JSON_BYTES, NotStorable, decoded, too_deep, valid_text
 
 if typing.TYPE_CHECKING:
     import jsonschema
 
 __all__ = ["Tool", "ToolContext", "ToolInputError", "bound_result", "tool"]
 
-MAX_ARGUMENT_BYTES = 1_000_000
+MAX_ARGUMENT_BYTES = MAX_JSON_BYTES
 """The largest argument string (UTF-8 bytes) a tool call may carry."""
-MAX_ARGUMENT_DEPTH = 64
+MAX_ARGUMENT_DEPTH = MAX_DEPTH
 """The deepest nesting of arrays and objects a call's arguments may have."""
 DEFAULT_RESULT_BYTES = 64 * 1024
 """The default bound on a tool result's size (UTF-8 bytes)."""
@@ -145,12 +145,7 @@ class Tool:
         check_timeout(f"tool {self.name}: timeout_s", self.timeout_s)
         import jsonschema  # on first use: the command line starts without it
 
-        try:
-            jsonschema.Draft202012Validator.check_schema(dict(self.parameters))
-        except jsonschema.SchemaError as exc:
-            raise ConfigError(
-                f"tool {self.name}: invalid parameters schema: {exc.message}"
-            ) from exc
+        check_schema(dict(self.parameters), f"tool {self.name}: parameters")
         validator = jsonschema.Draft202012Validator(dict(self.parameters))
         object.__setattr__(self, "_validator", validator)
         object.__setattr__(self, "_surely_valid", plain_object_check(self.parameters))
@@ -180,7 +175,7 @@ class Tool:
         try:
             errors = sorted(self._validator.iter_errors(args), key=lambda e: list(e.path))
         except RecursionError:
-            raise _too_deep() from None
+            raise ToolInputError(str(too_deep("arguments are"))) from None
         if errors:
             raise ToolInputError("; ".join(_describe(e) for e in errors))
         return args
@@ -226,44 +221,14 @@ async def _in_thread(fn: ToolFunction, kwargs: dict[str, Any], ctx: ToolContext 
         abandoned = True
 
 
-def _too_deep() -> ToolInputError:
-    return ToolInputError(
-        f"arguments are nested too deeply (at most {MAX_ARGUMENT_DEPTH} levels of "
-        "arrays and objects)"
-    )
-
-
 def _decode_arguments(raw: str) -> Any:
-    """``raw`` as JSON, refused if too large or too deep to decode safely."""
-    if len(raw) > MAX_ARGUMENT_BYTES or _utf8_size(raw) > MAX_ARGUMENT_BYTES:
-        raise ToolInputError(
-            f"arguments are too large (more than {MAX_ARGUMENT_BYTES:,} bytes); "
-            "pass less data per call"
-        )
-    if raw.count("[") + raw.count("{") > MAX_ARGUMENT_DEPTH and (
-        json_depth(raw) > MAX_ARGUMENT_DEPTH
-    ):
-        raise _too_deep()
+    """``raw`` as JSON that can be kept (see :mod:`orchestra._storable`: size and
+    depth are checked before it is decoded, lone surrogates and integers out of
+    range after), or the refusal in words."""
     try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ToolInputError(f"arguments are not valid JSON ({exc.msg})") from None
-    except RecursionError:
-        raise _too_deep() from None
-
-
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
-
-
-def json_depth(text: str) -> int:
-    """How deeply arrays and objects nest in JSON ``text`` (brackets in strings ignored).
-
-    A linear scan without recursion, so any input is safe to measure.
-    """
-    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
-    return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
+        return decoded(raw, "arguments are")
+    except NotStorable as exc:
+        raise ToolInputError(str(exc)) from None
 
 
 def _utf8_size(text: str) -> int:
@@ -286,14 +251,19 @@ def bound_result(text: str, limit: int) -> str:
     The start is cut on a character boundary so that start and note together
     fit in ``limit`` bytes (for any limit above ``NOTE_BYTES``); the note says
     the result was truncated and gives its full size. Bounding twice changes
-    nothing more.
+    nothing more. Lone surrogates (not valid Unicode, so not storable) become
+    U+FFFD first.
     """
-    data = text.encode("utf-8", errors="surrogatepass")
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (a file name read with surrogateescape)
+        text = valid_text(text)
+        data = text.encode("utf-8")
     if len(data) <= limit:
         return text
     head = utf8_prefix(data, limit - NOTE_BYTES)
     note = f"[truncated: the result was {len(data):,} bytes; showing the first {len(head):,} bytes]"
-    return f"{head.decode('utf-8', errors='surrogatepass')}\n{note}"
+    return f"{head.decode('utf-8')}\n{note}"
 
 
 _PLAIN_TYPES: dict[str, tuple[type, ...]] = {

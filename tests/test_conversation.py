@@ -132,3 +132,37 @@ async def test_a_continued_run_stopped_for_approval_resumes_with_its_links() -> 
     resumed = await runner.resume(second.run_id, agent)
     assert resumed.status is Status.COMPLETED and resumed.state.own.tool_runs == 1
     assert (resumed.state.continues, resumed.state.conversation) == (first.run_id, first.run_id)
+
+
+async def test_a_call_cancelled_after_its_effect_is_told_it_started(autojump_clock: Any) -> None:
+    """A write cancelled midway may have taken effect: the continuation says so,
+    never "not run"; a read that ran before the cancel keeps its result."""
+    import trio
+
+    from orchestra._conversation import STARTED
+
+    effects: list[str] = []
+
+    @tool(read_only=True)
+    def look(path: str) -> str:
+        """Read a file."""
+        return f"{path}: 3 lines"
+
+    @tool
+    async def archive(path: str) -> str:
+        """Archive a file (slowly)."""
+        effects.append(path)
+        await trio.sleep(100)
+        return "archived"
+
+    agent = Agent(name="a", model="m", tools=(look, archive))
+    provider = FakeProvider(tool_calls(("look", {"path": "x"}), ("archive", {"path": "x"})), DONE)
+    runner = Runner(provider=provider, store=MemoryStore())
+    with trio.move_on_after(1):
+        await runner.run(agent, "Archive x.", run_id="first")
+    first = runner.store.load("first")
+    assert first.status is Status.INTERRUPTED and effects == ["x"]
+    second = await runner.run(agent, "What happened?", continue_from="first")
+    told = {m["tool_call_id"]: m["content"] for m in second.state.messages if m["role"] == "tool"}
+    assert told == {"c0": "x: 3 lines", "c1": STARTED}
+    assert STARTED.startswith("Started, outcome unknown") and NOT_RUN not in told.values()

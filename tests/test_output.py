@@ -114,7 +114,7 @@ def test_an_output_tool_cannot_shadow_a_tool_of_that_name() -> None:
     [
         ('{"city": "Oslo"}', "'people' is a required property"),
         ('{"city": "Oslo", "people": "many"}', "at $.people: 'many' is not of type 'integer'"),
-        ("Oslo, 700000 people", "it is not JSON"),
+        ("Oslo, 700000 people", "it is not valid JSON"),
     ],
 )
 def test_an_answer_that_does_not_fit_says_where(text: str, error: str) -> None:
@@ -167,7 +167,7 @@ async def test_answers_that_never_fit_fail_the_run_after_the_retries() -> None:
     agent = Agent(name="a", model="m", output_type=SCHEMA, output_retries=2)
     result = await Runner(provider=provider).run(agent, "Where?")
     assert result.status is Status.FAILED and result.output is None
-    assert "did not fit the required output (it is not JSON" in result.state.reason
+    assert "did not fit the required output (it is not valid JSON" in result.state.reason
     assert "after 2 correction(s)" in result.state.reason and result.state.turns == 3
 
 
@@ -228,3 +228,105 @@ async def test_the_output_is_saved_with_the_run(tmp_path: Any) -> None:
     agent = Agent(name="a", model="m", output_type=SCHEMA)
     result = await Runner(provider=provider, store=store).run(agent, "Where?")
     assert store.load(result.run_id).output == {"city": "Oslo", "people": 7}
+
+
+# -- checked when the agent is built; built as the schema says ----------------------
+
+
+@pytest.mark.parametrize(
+    ("schema", "said"),
+    [
+        (
+            {"type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}},
+            r"output_type: the schema's \$ref '#/\$defs/missing' cannot be resolved",
+        ),
+        (
+            {"type": "object", "properties": {"x": {"$ref": "https://example.com/s.json"}}},
+            r"\$ref 'https://example.com/s.json' cannot be resolved",
+        ),
+        (
+            {"type": "string", "examples": {"a", "b"}},
+            r"output_type: the schema is not JSON: at \$\.examples: a set is not a JSON value",
+        ),
+    ],
+)
+def test_a_schema_no_run_could_use_is_refused_by_the_agent(schema: Any, said: str) -> None:
+    for via in ("response_format", "tool"):
+        with pytest.raises(ConfigError, match=said) as caught:
+            Agent(name="a", model="m", output_type=schema, output_via=via)
+        assert "\n" not in str(caught.value)
+
+
+def test_a_schema_whose_refs_resolve_is_accepted() -> None:
+    schema = {
+        "$defs": {"n": {"type": "integer"}},
+        "type": "object",
+        "properties": {"x": {"$ref": "#/$defs/n"}, "y": {"$ref": "#"}},
+    }
+    assert Agent(name="a", model="m", output_type=schema).output is not None
+
+
+def _nonnegative(_instance: Any, attribute: Any, value: int) -> None:
+    if value < 0:
+        raise ValueError(f"{attribute.name} must not be negative, got {value}")
+
+
+@attrs.frozen
+class Private:
+    _secret: str
+    count: int = attrs.field(default=3, validator=_nonnegative)
+    tags: list[str] = attrs.Factory(list)
+
+
+def test_private_fields_are_named_as_the_schema_names_them() -> None:
+    schema = schema_of(Private)
+    assert list(schema["properties"]) == ["secret", "count", "tags"]
+    assert schema["required"] == ["secret"]
+
+
+@pytest.mark.parametrize("via", ["response_format", "tool"])
+async def test_private_fields_and_defaults_round_trip(via: str) -> None:
+    answer = {"secret": "s"}
+    provider = (
+        _answers(json.dumps(answer))
+        if via == "response_format"
+        else FakeProvider(tool_calls((OUTPUT_TOOL, answer)))
+    )
+    agent = Agent(name="a", model="m", output_type=Private, output_via=via)
+    result = await Runner(provider=provider).run(agent, "Tell me.")
+    assert result.status is Status.COMPLETED
+    assert result.output == Private("s")
+    assert result.state.output == answer
+
+
+async def test_a_validators_refusal_is_corrected_within_the_retries(tmp_path: Any) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    provider = _answers('{"secret": "s", "count": -1}', '{"secret": "s", "count": 2}')
+    agent = Agent(name="a", model="m", output_type=Private)
+    result = await Runner(provider=provider, store=store).run(agent, "Tell me.")
+    assert result.status is Status.COMPLETED
+    assert result.output == Private("s", 2)
+    correction = provider.requests[1].messages[-1]["content"]
+    assert "the value was refused: count must not be negative, got -1 at $" in correction
+
+
+async def test_a_validator_that_always_refuses_fails_the_run_saved_so() -> None:
+    provider = _answers('{"secret": "s", "count": -1}')
+    agent = Agent(name="a", model="m", output_type=Private, output_retries=1)
+    result = await Runner(provider=provider).run(agent, "Tell me.")
+    assert result.status is Status.FAILED
+    assert "count must not be negative" in (result.state.reason or "")
+    assert result.output is None
+
+
+async def test_through_the_tool_a_validators_refusal_is_a_bad_argument() -> None:
+    provider = FakeProvider(
+        tool_calls((OUTPUT_TOOL, {"secret": "s", "count": -5})),
+        tool_calls((OUTPUT_TOOL, {"secret": "s", "count": 5})),
+    )
+    agent = Agent(name="a", model="m", output_type=Private, output_via="tool")
+    result = await Runner(provider=provider).run(agent, "Tell me.")
+    assert result.status is Status.COMPLETED
+    assert result.output == Private("s", 5)
+    said = provider.requests[1].messages[-1]["content"]
+    assert said.startswith(f"Error: invalid arguments for {OUTPUT_TOOL}: the value was refused")

@@ -65,7 +65,7 @@ def test_bad_arguments_are_explained(raw, message):
 def test_bad_tool_definitions_are_refused():
     with pytest.raises(ConfigError, match="must match"):
         Tool(name="has space", description="", parameters={"type": "object"}, function=print)
-    with pytest.raises(ConfigError, match="invalid parameters schema"):
+    with pytest.raises(ConfigError, match="parameters: not a valid JSON schema"):
         Tool(name="t", description="", parameters={"type": 5}, function=print)
 
 
@@ -116,7 +116,7 @@ def test_brackets_inside_strings_do_not_count_as_nesting():
 
 @pytest.mark.parametrize("depth", [100_000, 500])  # json.loads fails / jsonschema fails
 def test_recursion_errors_are_caught_even_past_the_depth_check(monkeypatch, depth):
-    monkeypatch.setattr("orchestra._tools.MAX_ARGUMENT_DEPTH", 10**9)
+    monkeypatch.setattr("orchestra._storable.MAX_DEPTH", 10**9)
     with pytest.raises(ToolInputError, match="nested too deeply"):
         nested.parse_arguments('{"tree": ' + "[" * depth + "]" * depth + "}")
 

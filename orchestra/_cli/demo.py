@@ -17,6 +17,7 @@ from .common import (
     tree_options,
 )
 from .options import SECONDS, TURNS, USD
+from .stores import must_exist
 
 __all__ = ["demo"]
 
@@ -161,6 +162,8 @@ def demo(
     from .._recipes.demo import demo_task, parse_scenario
     from . import start
 
+    if continue_from is not None:  # a run to continue is in a store that exists
+        must_exist(output.store_path)  # refused before anything is made
     recipe = start.recipe(
         tree,
         output,

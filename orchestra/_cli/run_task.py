@@ -16,6 +16,7 @@ from .common import (
     tree_options,
 )
 from .options import MAX_SECONDS, READ_ONLY_TOOLS, TURNS, Number, ToolNames, count
+from .stores import must_exist
 
 __all__ = ["run_command"]
 
@@ -131,6 +132,8 @@ def run_command(
     """
     from . import start
 
+    if continue_from is not None:  # a run to continue is in a store that exists
+        must_exist(output.store_path)  # refused before anything is made
     recipe = start.recipe(
         tree,
         output,

@@ -56,16 +56,27 @@ def existing_store(path: str | None) -> DurableStore:
     Raises:
         CommandError: no SQLite file is at ``path`` (or the default path).
     """
-    if not is_distributed(path):
-        from .._stores.sqlite import default_store_path
-
-        file = Path(path) if path is not None else default_store_path()
-        if not file.is_file():
-            raise CommandError(
-                f"no run store at {file}: no run was saved there (check --store; "
-                "`orchestra demo plan` starts one)"
-            )
+    must_exist(path)
     return new_store(path)
+
+
+def must_exist(path: str | None) -> None:
+    """Refuse a SQLite store ``path`` (or the default path) that has no file yet,
+    creating nothing (a PostgreSQL store is not checked here).
+
+    Raises:
+        CommandError: no SQLite file is there.
+    """
+    if is_distributed(path):
+        return
+    from .._stores.sqlite import default_store_path
+
+    file = Path(path) if path is not None else default_store_path()
+    if not file.is_file():
+        raise CommandError(
+            f"no run store at {file}: no run was saved there (check --store; "
+            "`orchestra demo plan` starts one)"
+        )
 
 
 def is_distributed(path: str | None) -> bool:

@@ -43,6 +43,7 @@ from .._exceptions import (
     ProviderUnreachable,
 )
 from .._redact import excerpt, redact, register
+from .._storable import loads
 from .recover import cut_call, declared_names, recover_tool_calls
 from .stream import Assembly, Listener, is_event_stream
 from .tokens import declarations
@@ -556,11 +557,16 @@ def reply_of(body: Any) -> ChatReply:
 
 
 def _decoded(content: bytes) -> Any:
-    """JSON ``content``; :class:`RecursionError` when nested deeper than orjson reads."""
+    """JSON ``content``; :class:`RecursionError` when nested deeper than orjson reads.
+
+    A body whose strings hold a lone surrogate escape (``"\\ud83d"``: half of
+    a UTF-16 pair, which orjson refuses) is decoded by ``json`` instead, each
+    lone surrogate made U+FFFD (see :mod:`orchestra._storable`).
+    """
     try:
-        return orjson.loads(content)
-    except orjson.JSONDecodeError as exc:
-        if "depth limit" in str(exc):
+        return loads(content)
+    except ValueError as exc:
+        if "depth limit" in str(exc) or "nested too deeply" in str(exc):
             raise RecursionError(str(exc)) from None
         raise
 

@@ -29,7 +29,8 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .._tools import MAX_ARGUMENT_DEPTH, json_depth
+from .._storable import MAX_DEPTH as MAX_ARGUMENT_DEPTH
+from .._storable import json_depth
 
 __all__ = ["cut_call", "declared_names", "recover_tool_calls", "written_call"]
 

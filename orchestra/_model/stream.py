@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 import attrs
-import orjson
 
 from .._exceptions import ProviderReplyError
+from .._storable import loads
 from .tokens import count_text
 
 __all__ = ["Assembly", "Listener", "is_event_stream"]
@@ -79,7 +79,7 @@ class Assembly:
             self.done = True
             return
         try:
-            chunk = orjson.loads(data)
+            chunk = loads(data)  # lone surrogate escapes too (see orchestra._storable)
             self._chunk(chunk)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise ProviderReplyError(

@@ -31,7 +31,9 @@ import contextlib
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +184,9 @@ class SQLiteStore(SQLStore):
             conn.close()
 
     def _create_schema(self) -> None:
+        when_free(self._path, self._create_or_migrate)
+
+    def _create_or_migrate(self) -> None:
         with self._write("create the schema") as conn:
             conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value)")
             found = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -268,11 +273,46 @@ def _open(path: Path) -> sqlite3.Connection:
     except (OSError, sqlite3.Error) as exc:
         raise StoreError(f"cannot open the store at {path}: {exc}") from exc
     try:
-        _configure(conn, path)
+        when_free(path, partial(_configure, conn, path))
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def when_free(path: Path, action: Callable[[], None]) -> None:
+    """``action()`` (opening ``path``), tried again after a short pause while SQLite
+    says "database is locked" at once, up to :data:`BUSY_TIMEOUT_S`.
+
+    SQLite waits out another connection's lock (``busy_timeout``) except where
+    waiting could deadlock: two connections opening one new file at once (each
+    switching it to WAL, or creating the tables) may then be refused at once.
+    Opening is idempotent (``journal_mode`` and ``CREATE ... IF`` checks), so
+    the refused one simply tries again: no thread ever fails to open a store
+    another is creating. A blocking wait: this runs when a store is made.
+
+    Raises:
+        StoreError: whatever ``action`` raises that is not such a refusal, or
+            the refusal once the time is up.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    pause = 0.002
+    while True:
+        try:
+            action()
+            return
+        except StoreError as exc:
+            if not _locked(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+
+
+def _locked(exc: StoreError) -> bool:
+    """Whether ``exc`` is SQLite's refusal to wait for a lock."""
+    cause = exc.__cause__
+    said = str(cause).lower()
+    return isinstance(cause, sqlite3.OperationalError) and ("locked" in said or "busy" in said)
 
 
 def _configure(conn: sqlite3.Connection, path: Path) -> None:

@@ -41,6 +41,21 @@ def test_continuing_a_run_that_is_not_there_is_one_line_and_starts_nothing(
     tmp_path: Path,
 ) -> None:
     store = str(tmp_path / "runs.db")
+    demo("plan", "--store", store)
     result = CliRunner().invoke(main, ["demo", "plan", "--continue", "run_nope", "--store", store])
     assert result.exit_code == OPERATIONAL, result.output
     assert result.stderr.strip() == f"error: no run 'run_nope' in {store}"
+
+
+def test_continuing_into_a_missing_store_is_refused_and_creates_nothing(tmp_path: Path) -> None:
+    store = tmp_path / "runs.db"
+    commands = [
+        ["demo", "plan", "--dir", str(tmp_path / "sandbox")],
+        ["run", "hi", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--dir", "."],
+    ]
+    for command in commands:
+        args = [*command, "--continue", "run_nope", "--store", str(store)]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == OPERATIONAL, result.output
+        assert result.stderr.strip().startswith(f"error: no run store at {store}:")
+        assert list(tmp_path.iterdir()) == []

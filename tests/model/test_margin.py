@@ -149,6 +149,23 @@ async def test_a_reply_without_usage_is_charged_as_estimated(sandbox):
     assert result.state.own.cost_pico > 0
 
 
+async def test_a_reply_without_usage_is_charged_our_count_of_it_and_the_reason_says_so(sandbox):
+    """The prompt margin widens the prompt (as reserved), never the reply: the
+    scripted server counts the replies of ``plan`` as we do (34 tokens)."""
+    estimated = await Runner(provider=Skewed(lambda u, r: None)).run(
+        demo_agent("plan", sandbox), demo_task("plan")
+    )
+    exact = await Runner(provider=Skewed(lambda u, r: u)).run(
+        demo_agent("plan", sandbox), demo_task("plan")
+    )
+    assert estimated.state.own.completion_tokens == exact.state.own.completion_tokens == 34
+    assert estimated.state.reason == (
+        "answered (3 replies without usage, charged as estimated: the prompt as reserved, "
+        "our count widened by the prompt margin; the reply by our count)"
+    )
+    assert exact.state.reason == "answered"
+
+
 def test_calibration_starts_conservative_then_learns_the_largest_gap():
     cal = Calibration()
     assert cal.margin("p", "m") == FIRST_MARGIN

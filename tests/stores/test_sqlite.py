@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,7 @@ from orchestra._exceptions import (
     RunNotFound,
     SchemaVersionError,
     StateError,
+    StoreError,
 )
 from orchestra._state import RunState, Status
 from orchestra._stores import transcripts
@@ -728,3 +730,69 @@ def test_let_go_clears_the_trees_cancels_and_releases_its_lease(store: SQLiteSto
     assert store.pending_cancels() == {"other": "stop"}
     assert store.lease_holder("root") is None
     assert store.lease_holder("other") == "me"
+
+
+def _refused_once(real: Any) -> Any:
+    """``real``, refused the first time as SQLite refuses a lock it will not wait for."""
+    calls: list[int] = []
+
+    def once(*args: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            cause = sqlite3.OperationalError("database is locked")
+            raise StoreError("cannot open the store: database is locked") from cause
+        return real(*args)
+
+    return once
+
+
+@pytest.mark.parametrize("step", ["_configure", "SQLiteStore._create_or_migrate"])
+def test_a_lock_refused_at_once_while_opening_is_waited_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """What two threads opening one new file meet now and then ("database is
+    locked" from the switch to WAL or the tables' creation, not waited for)."""
+    from orchestra._stores import sqlite as module
+
+    owner: Any = module if "." not in step else module.SQLiteStore
+    name = step.rpartition(".")[2]
+    monkeypatch.setattr(owner, name, _refused_once(getattr(owner, name)))
+    pauses: list[float] = []
+    monkeypatch.setattr(module.time, "sleep", pauses.append)
+    store = SQLiteStore(tmp_path / "new.db")
+    assert store.list_runs() == [] and len(pauses) == 1
+    store.close()
+
+
+def test_an_error_that_is_not_a_lock_is_not_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestra._stores import sqlite as module
+
+    pauses: list[float] = []
+    monkeypatch.setattr(module.time, "sleep", pauses.append)
+    (tmp_path / "x.db").write_bytes(b"not a database" * 100)
+    with pytest.raises(StoreError, match="not a database"):
+        SQLiteStore(tmp_path / "x.db")
+    assert pauses == []
+
+
+def test_threads_opening_one_new_store_at_once_all_open_it(tmp_path: Path) -> None:
+    failures: list[BaseException] = []
+    for round_ in range(10):
+        path = tmp_path / f"s{round_}.db"
+        barrier = threading.Barrier(4)
+
+        def open_it(path: Path = path, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            try:
+                SQLiteStore(path).close()
+            except BaseException as exc:
+                failures.append(exc)
+
+        threads = [threading.Thread(target=open_it) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert failures == []
