@@ -8,7 +8,8 @@ against the embedded scripted provider (the ``plan``, ``research``,
 
 - ``POST /runs {"scenario": "research"}`` starts a tree; ``{"run_id": ...}``;
 - ``GET /runs/{id}/events`` streams the tree's events as server-sent events
-  (one ``data:`` line of JSON each, ending after the root stops);
+  (one ``data:`` line of JSON each, ending after the root stops; for a tree
+  that has stopped, the events its runs recorded, then the end);
 - ``GET /runs/{id}`` is the tree's result once it stopped (404 before);
 - ``POST /runs/{id}/cancel`` stops the whole tree; every run ``interrupted``;
 - ``POST /runs/{id}/approve`` approves the call a run waits on and continues it.
@@ -78,9 +79,15 @@ async def start(body: Start) -> dict[str, str]:
 
 @app.get("/runs/{run_id}/events")
 async def events(run_id: str) -> StreamingResponse:
+    """The tree's events as they happen, ending when it stops; a tree that has
+    stopped: the events its runs recorded (text deltas are not kept)."""
     handle = service.handle(run_id)
 
     async def lines() -> AsyncIterator[str]:
+        if handle.done:
+            for record in service.runner.store.events(root_id=run_id):
+                yield f"data: {json.dumps(record)}\n\n"
+            return
         async for event in handle.events():
             yield f"data: {json.dumps(event.to_dict())}\n\n"
 

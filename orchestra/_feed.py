@@ -6,10 +6,12 @@ included. The runs never wait for the reader: events queue here, and while
 the reader is behind, consecutive ``text_delta`` events of one run are
 coalesced into one (their text joined, their tokens added), so the queue
 holds at most one delta per run between two other events. Nothing is ever
-dropped. The iterator ends after the root's ``run_stopped``.
+dropped. The iterator ends after the root's ``run_stopped``, or when the tree
+stops however it stops (a store error, a lease lost), once what was queued
+is read; a reader opened after its tree stopped ends at once.
 
 Cancellation: iterating is a checkpoint per event; cancelling the reader
-leaves the runs alone.
+leaves the runs alone. A closed feed takes no more events.
 """
 
 from __future__ import annotations
@@ -34,8 +36,18 @@ class EventFeed:
     coalesced: int = attrs.field(default=0, init=False)
     """Deltas merged into the one before them while the reader was behind."""
 
+    @classmethod
+    def ended(cls) -> EventFeed:
+        """A feed with nothing to read: its iterator ends at once."""
+        feed = cls()
+        feed.close()
+        return feed
+
     def put(self, event: Event) -> None:
-        """Queue ``event`` (never blocks; a delta may join the delta before it)."""
+        """Queue ``event`` (never blocks; a delta may join the delta before it);
+        dropped if the feed is closed."""
+        if self.closed:
+            return
         last = self._items[-1] if self._items else None
         if (
             event.type == "text_delta"
@@ -55,9 +67,16 @@ class EventFeed:
         self._ready.set()
 
     def close(self) -> None:
-        """No more events: the iterator ends once the queue is read."""
+        """No more events: the iterator ends once the queue is read. Not a
+        checkpoint; a reader waiting for an event wakes up."""
         self.closed = True
         self._ready.set()
+
+    def drain(self) -> list[Event]:
+        """What is queued, taken at once (not a checkpoint): for a closed feed read
+        from outside trio (``orchestra.aio``, once the tree's trio side is done)."""
+        items, self._items = list(self._items), deque()
+        return items
 
     def __aiter__(self) -> EventFeed:
         return self

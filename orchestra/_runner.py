@@ -79,9 +79,12 @@ class RunHandle:
 
     def events(self) -> EventFeed:
         """Every event of the tree from now on, deltas of streamed replies included,
-        as an async iterator that ends after the root's ``run_stopped`` (see
-        :mod:`orchestra._feed`). Call it right after :meth:`Runner.start` to see
-        the tree's first events; each call is a reader of its own."""
+        as an async iterator that ends after the root's ``run_stopped``, or once
+        the tree stopped however it stopped (see :mod:`orchestra._feed`); opened
+        after that, it ends at once. Call it right after :meth:`Runner.start` to
+        see the tree's first events; each call is a reader of its own."""
+        if self.done:
+            return EventFeed.ended()
         return self._runner.feed(self.run_id)
 
     def cancel(self, reason: str = "cancelled") -> None:
@@ -269,10 +272,26 @@ class Runner:
         )
 
     def feed(self, root_id: str) -> EventFeed:
-        """A new reader of the events of tree ``root_id`` (see :meth:`RunHandle.events`)."""
+        """A new reader of the events of tree ``root_id`` (see :meth:`RunHandle.events`),
+        until the tree's run here ends (it is closed then: :meth:`end_feeds`)."""
         feed = EventFeed()
         self._feeds.setdefault(root_id, []).append(feed)
         return feed
+
+    def unsubscribe(self, root_id: str, feed: EventFeed) -> None:
+        """Close ``feed`` (a reader that went away) and stop queueing events to it."""
+        feed.close()
+        feeds = self._feeds.get(root_id, [])
+        if feed in feeds:
+            feeds.remove(feed)
+        if not feeds:
+            self._feeds.pop(root_id, None)
+
+    def end_feeds(self, root_id: str) -> None:
+        """Close every reader of tree ``root_id``: its run here has ended (their
+        iterators end once what is queued is read)."""
+        for feed in self._feeds.pop(root_id, ()):
+            feed.close()
 
     def _to_feeds(self, run: LiveRun, event: Event) -> None:
         shown = attrs.evolve(event, data={**event.data, "depth": event.depth})
@@ -280,8 +299,7 @@ class Runner:
         for feed in feeds:
             feed.put(shown)
         if event.type == "run_stopped" and event.parent_id is None:
-            for feed in self._feeds.pop(event.root_id):
-                feed.close()
+            self.end_feeds(event.root_id)
 
     def save(self, state: RunState, events: Sequence[dict[str, Any]] = ()) -> None:
         """Save ``state`` fenced by this runner's lease on its tree.
@@ -544,18 +562,23 @@ class Runner:
         root_id = live.state.run_id
         self._lost.pop(root_id, None)
         inbox, leases = self._inbox, self._leases
-        if leases is not None:
-            self._fences[root_id] = leases.acquire_lease(root_id, self.owner, ttl=self.lease_ttl)
-        if inbox is not None:
-            inbox.clear_cancels(root_id)  # requests nobody applied are stale
         try:
-            async with trio.open_nursery() as nursery:
-                if inbox is not None:
-                    nursery.start_soon(self._watch, root_id, inbox)
-                await execute(live)
-                nursery.cancel_scope.cancel()
-        finally:
-            self._stop_tree(root_id)
+            if leases is not None:
+                self._fences[root_id] = leases.acquire_lease(
+                    root_id, self.owner, ttl=self.lease_ttl
+                )
+            if inbox is not None:
+                inbox.clear_cancels(root_id)  # requests nobody applied are stale
+            try:
+                async with trio.open_nursery() as nursery:
+                    if inbox is not None:
+                        nursery.start_soon(self._watch, root_id, inbox)
+                    await execute(live)
+                    nursery.cancel_scope.cancel()
+            finally:
+                self._stop_tree(root_id)
+        finally:  # however the tree ended (a lease refused, a store error): its readers end
+            self.end_feeds(root_id)
         if root_id in self._lost:
             raise LeaseLost(self._lost.pop(root_id))
         return result_of(live)

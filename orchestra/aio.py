@@ -25,11 +25,15 @@ the trio token either way.
         ...
     result = await handle.wait()
 
-Cancellation: cancelling the asyncio task that awaits :func:`run` or
-:meth:`Handle.wait` stops the whole tree (every run ``interrupted``,
-``cancelled from asyncio``), waits for it to record its exits, then raises
-:class:`asyncio.CancelledError` in that task only; a tree stopped any other
-way (:meth:`Handle.cancel`, a limit) is a result, never a ``CancelledError``.
+Cancellation: cancelling the asyncio task that awaits :func:`run`,
+:func:`start` or :meth:`Handle.wait` stops the whole tree (every run
+``interrupted``, ``cancelled from asyncio``), waits for it to record its
+exits, then raises :class:`asyncio.CancelledError` in that task only; a tree
+stopped any other way (:meth:`Handle.cancel`, a limit) is a result, never a
+``CancelledError``. Readers of events (:meth:`Handle.events`) end when the
+tree stops (one opened after that ends at once, the first with what it had
+queued); cancelling or closing a reader ends its read on the trio side too,
+so nothing of it is left to hold up the loop's shutdown.
 """
 
 from __future__ import annotations
@@ -160,6 +164,8 @@ class _Portal:
                 outcome = partial(_settle, future, exc=exc)
             finally:
                 self.trees.discard(slot)
+                if slot is not None:  # before the loop hears of it: see Handle.events
+                    slot.end()
                 self.to_loop(partial(self._done, outcome))
 
         assert self.token is not None and self.nursery is not None
@@ -229,20 +235,39 @@ class _Portal:
 
     def soon(self, fn: Callable[[], object]) -> None:
         """``fn()`` on the trio side, soon (thread-safe; not awaited), while the
-        trio run has any job."""
+        trio run has any job (dropped if it has ended meanwhile)."""
         if self.token is not None and self.jobs:
-            self.token.run_sync_soon(fn)
+            with contextlib.suppress(trio.RunFinishedError):
+                self.token.run_sync_soon(fn)
 
 
 @attrs.define(eq=False)
 class _Slot:
     """The trio side's hold on one tree of the portal: its handle, filled once
     it exists (a cancel that comes first waits in it), or how to cancel it
-    (a resumed tree, cancelled by its id). Used on the trio thread only."""
+    (a resumed tree, cancelled by its id); and the readers of its events,
+    closed when the tree's job ends. Used on the trio thread only."""
 
     handle: RunHandle | None = None
     reason: str | None = None
     by_id: Callable[[str], object] | None = None
+    readers: list[tuple[Runner, str, EventFeed]] = attrs.Factory(list)
+    ended: bool = False
+
+    def subscribe(self, runner: Runner, run_id: str) -> EventFeed:
+        """A new reader of the tree's events (one that ends at once if it has ended)."""
+        if self.ended:
+            return EventFeed.ended()
+        feed = runner.feed(run_id)
+        self.readers.append((runner, run_id, feed))
+        return feed
+
+    def end(self) -> None:
+        """The tree's job ended (however: a failed start too): its readers end."""
+        self.ended = True
+        for runner, run_id, feed in self.readers:
+            runner.unsubscribe(run_id, feed)
+        self.readers.clear()
 
     def bind(self, handle: RunHandle) -> None:
         self.handle = handle
@@ -323,25 +348,32 @@ class Handle:
         return await _finished(self._portal, self._result, partial(self._slot.cancel, CANCELLED))
 
     async def events(self) -> AsyncIterator[Event]:
-        """Every event of the tree from now on (see :meth:`RunHandle.events`)."""
+        """Every event of the tree from now on (see :meth:`RunHandle.events`); the
+        first reader sees the tree's first events. It ends when the tree stops;
+        opened after that it ends at once (the first reader: once it has read
+        what it had queued). Cancelling or closing it ends its read on the trio
+        side as well."""
         feed, self._first = self._first, None
+        if self._result.done():  # the trio side is done with the tree's feeds
+            for queued in feed.drain() if feed is not None else ():
+                yield queued
+            return
         self._portal.hold()
         try:
             if feed is None:  # subscribed on the trio side, where events are told
-                feed = await self._portal.call(
-                    self._runner, partial(_feed, self._runner, self.run_id)
-                )
-            while True:
-                event = await self._portal.call(self._runner, lambda: _next(feed))
-                if event is None:
-                    return
+                subscribe = partial(_subscribe, self._slot, self._runner, self.run_id)
+                feed = await self._portal.call(self._runner, subscribe)
+            read = partial(_next, feed)
+            while (event := await self._portal.call(self._runner, read)) is not None:
                 yield event
         finally:
+            if feed is not None:  # a reader gone early: its feed closes, a read waiting ends
+                self._portal.soon(partial(self._runner.unsubscribe, self.run_id, feed))
             self._portal.let_go()
 
 
-async def _feed(runner: Runner, run_id: str) -> EventFeed:
-    return runner.feed(run_id)
+async def _subscribe(slot: _Slot, runner: Runner, run_id: str) -> EventFeed:
+    return slot.subscribe(runner, run_id)
 
 
 async def _next(feed: EventFeed) -> Event | None:
@@ -363,7 +395,9 @@ async def start(
 ) -> Handle:
     """Start a tree from asyncio (as :meth:`Runner.start`); its :class:`Handle`
     once it started (or the error that kept it from starting), with a reader
-    of its events subscribed from its first."""
+    of its events subscribed from its first. Cancelled while it waits for the
+    start, it stops the tree (as :func:`run` does) and raises ``CancelledError``
+    once the tree has stopped."""
     portal, slot = await _portal(), _Slot()
     started: asyncio.Future[tuple[str, EventFeed]] = portal.loop.create_future()
     prepare = partial(runner._prepare, agent, task, limits, run_id, metadata, continue_from)
@@ -375,11 +409,16 @@ async def start(
             portal.to_loop(partial(_settle, started, exc=exc))
             raise
         slot.bind(handle)
-        portal.to_loop(partial(_settle, started, value=(handle.run_id, handle.events())))
+        first = slot.subscribe(runner, handle.run_id)
+        portal.to_loop(partial(_settle, started, value=(handle.run_id, first)))
         return await runner._run_for(handle)
 
     result = portal.call(runner, tree, slot)
-    tree_id, events = await started
+    try:
+        tree_id, events = await asyncio.shield(started)
+    except asyncio.CancelledError:
+        await _stopped(portal, result, partial(slot.cancel, CANCELLED))
+        raise
     return Handle(tree_id, runner, portal, result, slot, events)
 
 
@@ -396,13 +435,22 @@ async def _finished(
         raise
 
 
+async def _stopped(
+    portal: _Portal, result: asyncio.Future[Any], cancel: Callable[[], object]
+) -> None:
+    """Stop the tree whose outcome is ``result`` (``cancel()`` on the trio side) and
+    wait until it has stopped, whatever its outcome (``result`` is left as it is)."""
+    portal.soon(cancel)
+    await asyncio.wait([result])
+
+
 async def resume(
     runner: Runner, run_id: str, agent: Agent, *, limits: Limits | None = None, note: str = ""
 ) -> Handle:
     """Resume a stopped tree from asyncio (as :meth:`Runner.resume`); its :class:`Handle`
     (its events: from the moment it was resumed)."""
     portal, slot = await _portal(), _Slot(by_id=partial(runner.cancel, run_id))
-    feed = await portal.call(runner, partial(_feed, runner, run_id))
+    feed = await portal.call(runner, partial(_subscribe, slot, runner, run_id))
     go = partial(runner.resume, run_id, agent, limits=limits, note=note)
     return Handle(run_id, runner, portal, portal.call(runner, go, slot), slot, feed)
 

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
 from orchestra import OpenAIProvider, Runner, Status, aio
 from orchestra.testing import ScriptedTransport, demo_agent, demo_task, make_sandbox
 
+_T = TypeVar("_T")
 PLAN_ANSWER = "errors.log mentions a timeout: worker 7 timed out after 30000 ms."
 
 
@@ -170,3 +174,109 @@ def test_an_idle_trio_run_stops_after_linger_and_the_next_tree_starts_another(
 
     idled, status = asyncio.run(main())
     assert 0.04 <= idled < 10 and status is Status.COMPLETED
+
+
+# -- readers end, and a cancel while awaiting start stops the tree (issue 43.5) -------------
+
+
+def within(seconds: float, main: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
+    """``asyncio.run(main())``, failing (not hanging) if it has not returned in ``seconds``."""
+    outcome: dict[str, Any] = {}
+
+    def go() -> None:
+        try:
+            outcome["value"] = asyncio.run(main())
+        except BaseException as exc:  # handed to the test's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"asyncio.run still running after {seconds} s"
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]  # type: ignore[no-any-return]
+
+
+async def read(handle: aio.Handle) -> list[str]:
+    return [event.type async for event in handle.events()]
+
+
+def test_readers_opened_before_during_and_after_the_tree_stops_end(box: Path) -> None:
+    async def main() -> list[list[str]]:
+        handle = await aio.start(runner(), demo_agent("slow", box), demo_task("slow"))
+        first = asyncio.create_task(read(handle))  # subscribed when the tree started
+        await asyncio.sleep(0.2)
+        during = asyncio.create_task(read(handle))
+        await handle.wait()
+        return [await first, await during, await read(handle), await read(handle)]
+
+    first, during, after, again = within(20, main)
+    assert first[0] == "run_started" and first[-1] == "run_stopped"
+    assert "run_started" not in during and during[-1] == "run_stopped"
+    assert after == again == []
+
+
+def test_a_reader_opened_after_the_trio_run_idled_out_ends(
+    box: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(aio, "LINGER", 0.05)
+
+    async def main() -> tuple[list[str], list[str]]:
+        handle = await aio.start(runner(), demo_agent("plan", box), demo_task("plan"))
+        await handle.wait()
+        (thread,) = _aio_threads()
+        await asyncio.to_thread(thread.join, 10)  # the trio run is gone
+        return await read(handle), await read(handle)
+
+    first, second = within(20, main)
+    assert first[-1] == "run_stopped" and second == []
+
+
+@pytest.mark.parametrize("tree", ["running", "stopped"])
+def test_cancelling_a_reader_never_blocks_the_loop_s_shutdown(box: Path, tree: str) -> None:
+    """A reader cancelled while its tree runs (main then returns: the loop's shutdown
+    stops the tree), or one of a tree that stopped (it may have ended already)."""
+
+    async def main() -> None:
+        handle = await aio.start(runner(), demo_agent("slow", box), demo_task("slow"))
+        if tree == "stopped":
+            await read(handle)
+            await handle.wait()
+        reader = asyncio.create_task(read(handle))
+        await asyncio.sleep(0.05)
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+
+    started = time.perf_counter()
+    within(20, main)
+    assert time.perf_counter() - started < 10
+    assert _aio_threads() == []
+
+
+def test_a_task_cancelled_while_awaiting_start_stops_the_tree(box: Path) -> None:
+    from orchestra import MemoryStore
+
+    store = MemoryStore()
+    shared = Runner(
+        provider=OpenAIProvider(base_url="http://scripted/v1", transport=ScriptedTransport()),
+        store=store,
+    )
+
+    async def main() -> list[tuple[Status, str]]:
+        await aio.run(shared, demo_agent("plan", box), demo_task("plan"))  # the trio run is up
+        stopped = []
+        for n in range(10):
+            task = asyncio.create_task(
+                aio.start(shared, demo_agent("slow", box), demo_task("slow"), run_id=f"t{n}")
+            )
+            await asyncio.sleep(0)  # it waits for the start
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            saved = store.load(f"t{n}")  # stopped by the time the cancel is raised
+            stopped.append((saved.status, saved.reason))
+        return stopped
+
+    assert within(30, main) == [(Status.INTERRUPTED, aio.CANCELLED)] * 10

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +91,44 @@ def test_bad_requests_are_said() -> None:
         return bad.status_code, missing.status_code
 
     assert call(steps) == (422, 404)
+
+
+async def events_of(client: httpx.AsyncClient, run_id: str) -> list[dict[str, Any]]:
+    """The event stream of a run, read to its end (failing after 10 s rather than hanging)."""
+    events = []
+    async with asyncio.timeout(10), client.stream("GET", f"/runs/{run_id}/events") as streamed:
+        async for line in streamed.aiter_lines():
+            if line:
+                events.append(json.loads(line.removeprefix("data: ")))
+    return events
+
+
+async def finished_and_streamed(client: httpx.AsyncClient) -> list[list[dict[str, Any]]]:
+    """A plan tree streamed as it runs, then twice once it stopped."""
+    run_id = (await client.post("/runs", json={"scenario": "plan"})).json()["run_id"]
+    live = await events_of(client, run_id)
+    return [live, await events_of(client, run_id), await events_of(client, run_id)]
+
+
+def assert_each_stream_is_the_tree_s_events(streams: list[list[dict[str, Any]]]) -> None:
+    for events in streams:
+        assert events[0]["type"] == "run_started" and events[-1]["type"] == "run_stopped"
+    recorded = [e for e in streams[0] if e["type"] != "text_delta"]
+    assert [e["type"] for e in streams[1]] == [e["type"] for e in recorded]
+    assert streams[1] == streams[2]
+
+
+def test_the_stream_of_a_finished_run_returns_its_events_and_closes() -> None:
+    assert_each_stream_is_the_tree_s_events(call(finished_and_streamed))
+
+
+def test_under_uvicorn_a_finished_run_s_stream_closes_and_the_server_stops() -> None:
+    async def main() -> tuple[list[list[dict[str, Any]]], float]:
+        async with fastapi_app.served(fastapi_app.free_port()) as client:
+            streams = await finished_and_streamed(client)
+            stopping = time.perf_counter()
+        return streams, time.perf_counter() - stopping
+
+    streams, stopping_s = asyncio.run(main())
+    assert_each_stream_is_the_tree_s_events(streams)
+    assert stopping_s < 2.0

@@ -70,7 +70,9 @@ def test_a_bad_modifier_is_a_404_naming_it_and_the_known_ones(model, why):
         FaultSpec.parse(model)
     assert caught.value.status == 404 and caught.value.code == "model_not_found"
     if "scenario" not in why:
-        assert "hang, garbage, truncated, reset, nousage" in caught.value.message
+        assert "hang, garbage, truncated, reset, keepalive, linger, overlong, nousage" in (
+            caught.value.message
+        )
 
 
 def test_counted_faults_are_laid_end_to_end_and_nousage_is_not_counted():

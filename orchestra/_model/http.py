@@ -18,19 +18,36 @@ the environment names a proxy (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``,
 ``NO_PROXY``), or a transport is given (an in-process one in tests), requests
 go through an httpx transport instead.
 
-Cancellation: :meth:`Endpoint.post` is a checkpoint; cancelled while waiting
-for admission it just leaves the queue, cancelled in flight it closes the
-connection (httpcore shields that cleanup).
+Deadlines: the endpoint's ``timeout`` bounds each read (httpx's) and, from
+the moment a request is admitted, the whole exchange: a server that trickles
+its body, or keeps a stream alive with comments, fails with
+``httpx.ReadTimeout`` when the timeout has passed, however often it sends.
+
+Streams: a stream's events are read as they come (:mod:`.sse`) and handed to
+the caller's ``feed``; once it says the reply is whole (``[DONE]``) nothing
+more is read into it, and the body's end is awaited at most
+:data:`DONE_GRACE_S` (so that the connection goes back to the pool) before
+the connection is closed; once it says the stream ran past its cap, the
+connection is closed at once.
+
+Cancellation: :meth:`Endpoint.post` and :meth:`Endpoint.stream` are
+checkpoints; cancelled while waiting for admission they just leave the queue,
+cancelled in flight they close the connection (httpcore shields that
+cleanup). A stream is stopped early the same way, by a cancel scope of its
+own: the read in progress raises ``Cancelled`` inside httpx's and httpcore's
+generators, so each of them finishes (none is left suspended for the garbage
+collector, which trio warns about) and the connection is closed.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import functools
 import math
 import ssl
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -38,11 +55,14 @@ import attrs
 import httpcore
 import httpx
 import trio
-from httpx_sse import EventSource
 
-from .stream import is_event_stream
+from .sse import EventParser, ServerEvent
+from .stream import Reading, is_event_stream
 
-__all__ = ["SHARD_CONNECTIONS", "Endpoint", "HTTPReply"]
+__all__ = ["DONE_GRACE_S", "SHARD_CONNECTIONS", "Endpoint", "Feed", "HTTPReply"]
+
+Feed = Callable[[ServerEvent], Reading]
+"""Told each event of a stream; says whether to read on (see :class:`Reading`)."""
 
 SHARD_CONNECTIONS = 8
 """Connections per shard: the most one pool ever scans."""
@@ -81,6 +101,7 @@ class Endpoint:
         self.base_url = base_url
         self._headers = {"content-type": "application/json", **headers}
         self._timeout = httpx.Timeout(timeout).as_dict()
+        self._deadline_s = timeout
         self._admission = trio.CapacityLimiter(max_connections)
         self._shards: list[_Shard] = []
         self._targets: dict[str, _Target] = {}
@@ -95,20 +116,17 @@ class Endpoint:
         """POST ``content`` (JSON) to ``base_url + path``; the response, body read.
 
         Raises:
-            httpx.HTTPError: the request failed (connect, timeout, protocol...).
+            httpx.HTTPError: the request failed (connect, timeout, protocol...);
+                ``httpx.ReadTimeout`` too when the whole response took longer
+                than the timeout.
         """
         target = self._target(path)
-        async with self._admission:
-            shard = self._shard()
-            shard.busy += 1
-            try:
-                return await shard.send(target, content)
-            finally:
-                shard.busy -= 1
+        return await self._exchange(lambda shard: shard.send(target, content))
 
-    async def stream(self, path: str, content: bytes, feed: Callable[[str], bool]) -> HTTPReply:
-        """POST ``content`` and hand each server-sent event's data to ``feed`` as it
-        arrives, until the stream ends or ``feed`` returns False (then it is closed).
+    async def stream(self, path: str, content: bytes, feed: Feed) -> HTTPReply:
+        """POST ``content`` and hand each server-sent event to ``feed`` as it
+        arrives, until the stream ends or ``feed`` says the reply is whole or cut
+        (see the module docstring).
 
         Returns the response with an empty body when it streamed; a response that
         is not a 200 event stream (an error, a server that does not stream) is
@@ -116,16 +134,30 @@ class Endpoint:
 
         Raises:
             httpx.HTTPError: the request or the stream failed (connect, timeout,
-                the connection cut mid-stream...).
+                the connection cut mid-stream...); ``httpx.ReadTimeout`` too
+                when the whole stream took longer than the timeout.
+            Whatever ``feed`` raises, once the stream is closed.
         """
         target = self._target(path)
+        return await self._exchange(lambda shard: shard.stream(target, content, feed))
+
+    async def _exchange(self, send: Callable[[_Shard], Awaitable[HTTPReply]]) -> HTTPReply:
+        """``send`` on a shard once admitted, within the timeout from then.
+
+        Raises:
+            httpx.ReadTimeout: the whole exchange took longer than the timeout.
+        """
         async with self._admission:
             shard = self._shard()
             shard.busy += 1
             try:
-                return await shard.stream(target, content, feed)
+                with trio.move_on_after(self._deadline_s):
+                    return await send(shard)
             finally:
                 shard.busy -= 1
+        raise httpx.ReadTimeout(
+            f"no whole reply within the request timeout ({self._deadline_s:g} s)"
+        )
 
     def _target(self, path: str) -> _Target:
         target = self._targets.get(path)
@@ -200,9 +232,7 @@ class _Shard:
             return await _send_core(self.pool, target, content)
         return await _send_httpx(self.pool, target, content)
 
-    async def stream(
-        self, target: _Target, content: bytes, feed: Callable[[str], bool]
-    ) -> HTTPReply:
+    async def stream(self, target: _Target, content: bytes, feed: Feed) -> HTTPReply:
         if isinstance(self.pool, httpcore.AsyncConnectionPool):
             response = await _open_core(self.pool, target, content)
         else:
@@ -217,27 +247,56 @@ class _Shard:
             await response.aclose()
 
 
-DRAINED_EVENTS = 10_000
-"""Events read and dropped after ``feed`` had enough, at most, before the stream is
-closed mid-way."""
+DONE_GRACE_S = 0.05
+"""Seconds the body of a whole reply (after ``[DONE]``) is read on for its end, at
+most: a server that ends it at once gets its connection back in the pool; one
+that holds it open has it closed."""
 
 
-async def _read_events(response: httpx.Response, feed: Callable[[str], bool]) -> None:
-    """Hand each event's data to ``feed`` until it has enough, then drain the rest.
+async def _read_events(response: httpx.Response, feed: Feed) -> None:
+    """Hand each event to ``feed`` until the stream ends, or ``feed`` says the reply
+    is whole (the body's end then awaited :data:`DONE_GRACE_S` at most) or cut
+    (closed at once). The read in progress is stopped by cancelling a scope of
+    its own (see the module docstring); what comes meanwhile is dropped.
 
-    The stream is read to its end rather than left mid-way: httpx and httpcore
-    read it through nested async generators, and leaving them unfinished is
-    what trio warns about. A server that goes on past :data:`DRAINED_EVENTS`
-    (one that ignores ``max_tokens``) is closed mid-way all the same.
+    Raises:
+        Whatever ``feed`` raises, once the stream is closed.
     """
-    reading, drained = True, 0
-    async for event in EventSource(response).aiter_sse():
-        if reading:
-            reading = feed(event.data)
-        else:
-            drained += 1
-            if drained > DRAINED_EVENTS:
-                return
+    events = _Events(feed)
+    with trio.CancelScope() as reading:
+        async for part in response.aiter_bytes():
+            if events.state is not Reading.ON:
+                continue
+            state = events.take(part)
+            if state is Reading.DONE:
+                reading.deadline = trio.current_time() + DONE_GRACE_S
+            elif state is Reading.CUT:
+                reading.cancel()
+    if events.failure is not None:
+        raise events.failure
+
+
+class _Events:
+    """A stream's bytes as events, each handed to ``feed`` until it has enough."""
+
+    def __init__(self, feed: Feed) -> None:
+        self._feed = feed
+        self._parser = EventParser()
+        self._text = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.state = Reading.ON
+        self.failure: Exception | None = None
+
+    def take(self, part: bytes) -> Reading:
+        """The next bytes of the body; what to do next (a failure of ``feed`` is
+        kept, and the stream cut)."""
+        for event in self._parser.feed(self._text.decode(part)):
+            try:
+                self.state = self._feed(event)
+            except Exception as exc:  # raised once the stream is closed (see _read_events)
+                self.failure, self.state = exc, Reading.CUT
+            if self.state is not Reading.ON:
+                break
+        return self.state
 
 
 async def _open_core(

@@ -45,7 +45,8 @@ from .._exceptions import (
 from .._redact import excerpt, redact, register
 from .._storable import loads
 from .recover import cut_call, declared_names, recover_tool_calls
-from .stream import Assembly, Listener, is_event_stream
+from .sse import ServerEvent
+from .stream import Assembly, Listener, Reading, is_event_stream
 from .tokens import declarations
 
 if TYPE_CHECKING:  # imported by the client that uses it: `orchestra show` needs none
@@ -371,16 +372,22 @@ class OpenAIProvider:
             payload["stream_options"] = {"include_usage": True}
         return orjson.dumps(payload)
 
-    def _fed(self, assembly: Assembly, data: str) -> bool:
-        """One event of a streamed reply; whether to read on (not done, not past the cap)."""
+    def _fed(self, assembly: Assembly, event: ServerEvent) -> Reading:
+        """One event of a streamed reply; what to do next (read on, whole, cut).
+
+        Raises:
+            ProviderReplyError: a message that is not a chat-completion chunk.
+            ProviderHTTPError: the server said it failed, mid-stream.
+        """
         self._answered = True
         if assembly.first_at is None:
             assembly.first_at = trio.current_time()
         try:
-            assembly.feed(data)
+            return assembly.take(event)
         except ProviderReplyError as exc:
             raise ProviderReplyError(self._scrub(str(exc))) from None
-        return not (assembly.done or assembly.over)
+        except ProviderHTTPError as exc:
+            raise ProviderHTTPError(self._scrub(str(exc)), status_code=exc.status_code) from None
 
     def _streamed(self, assembly: Assembly) -> ChatReply:
         """The reply a stream delivered; a stream that ended before ``[DONE]`` (and

@@ -12,20 +12,45 @@ dropped connection is still charged for what arrived.
 A stream that runs past the request's ``max_tokens`` (by our count) is cut
 here, at the cap, and ends ``length``. A stream with no usage chunk is a
 reply without usage: the caller estimates it, as for any such reply.
+
+What is a chunk: the data of a ``message`` event (the default type; see
+:mod:`.sse` for how events are read), ``[DONE]`` ending the reply. An
+``error`` event, or a message whose data is an object with ``error`` and no
+``choices`` (as OpenAI, vLLM and llama.cpp send when generation fails
+mid-way), is the server's failure; events of any other type are not the
+OpenAI wire format's, and are skipped. After each event :meth:`Assembly.take`
+says what the reader does next (:class:`Reading`): read on, stop because the
+reply is whole, or close the stream because it ran past its cap.
 """
 
 from __future__ import annotations
 
+import contextlib
+import enum
 from collections.abc import Mapping
 from typing import Any, Protocol
 
 import attrs
+import orjson
 
-from .._exceptions import ProviderReplyError
+from .._exceptions import ProviderHTTPError, ProviderReplyError
+from .._redact import excerpt
 from .._storable import loads
+from .sse import ServerEvent
 from .tokens import count_text
 
-__all__ = ["Assembly", "Listener", "is_event_stream"]
+__all__ = ["Assembly", "Listener", "Reading", "is_event_stream"]
+
+
+class Reading(enum.Enum):
+    """What the reader of a stream does after an event."""
+
+    ON = "on"
+    """Read on."""
+    DONE = "done"
+    """The reply is whole (``[DONE]``): nothing more is read into it."""
+    CUT = "cut"
+    """The reply ran past its cap: the stream is closed at once."""
 
 
 def is_event_stream(headers: Mapping[str, str]) -> bool:
@@ -65,6 +90,26 @@ class Assembly:
     """When its first event arrived."""
 
     @property
+    def reading(self) -> Reading:
+        """What the reader does next (see :class:`Reading`)."""
+        if self.done:
+            return Reading.DONE
+        return Reading.CUT if self.over else Reading.ON
+
+    def take(self, event: ServerEvent) -> Reading:
+        """One event of the stream (see the module docstring); what to do next.
+
+        Raises:
+            ProviderReplyError: a message that is not a chat-completion chunk.
+            ProviderHTTPError: the server said it failed, mid-stream.
+        """
+        if event.type == "error":
+            raise stream_error(event.data)
+        if event.type == "message":
+            self.feed(event.data)
+        return self.reading
+
+    @property
     def over(self) -> bool:
         """Whether the stream ran past its cap (by our count): it is cut there."""
         return self.limit is not None and self.counted > self.limit
@@ -80,10 +125,12 @@ class Assembly:
             return
         try:
             chunk = loads(data)  # lone surrogate escapes too (see orchestra._storable)
+            if isinstance(chunk, dict) and "error" in chunk and "choices" not in chunk:
+                raise stream_error(chunk)
             self._chunk(chunk)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise ProviderReplyError(
-                f"not a chat-completion chunk ({exc!r}): {data[:200]}"
+                f"not a chat-completion chunk ({exc!r}): {excerpt(data, 200)}"
             ) from exc
 
     def _chunk(self, chunk: Mapping[str, Any]) -> None:
@@ -138,3 +185,18 @@ class Assembly:
         if self.usage is not None:
             body["usage"] = self.usage
         return body
+
+
+def stream_error(payload: Any) -> ProviderHTTPError:
+    """The failure a server reported mid-stream: an ``error`` event's data, or a
+    chunk ``{"error": {"message": ..., "code": ...}}`` (a ``code`` that is an
+    HTTP status is kept as the status: it decides whether to retry)."""
+    if isinstance(payload, str):
+        with contextlib.suppress(orjson.JSONDecodeError):
+            payload = orjson.loads(payload)
+    error = payload.get("error") if isinstance(payload, dict) else payload
+    said = error.get("message") if isinstance(error, dict) else error
+    code = error.get("code") if isinstance(error, dict) else None
+    status = code if type(code) is int and 400 <= code <= 599 else None
+    text = excerpt(str(said if said is not None else payload), 300)
+    return ProviderHTTPError(f"the server failed mid-stream: {text}", status_code=status)

@@ -25,6 +25,11 @@ A request's ``model`` may add faults to its scenario:
 ``stallK``
     a streamed reply stalls after its first K events: nothing more comes
     until the client gives up (a reply that is not streamed hangs).
+``keepalive``, ``linger``, ``overlong``
+    replies that do not end by themselves: SSE comments every 0.5 s for
+    ever, a reply whose connection stays open after its ``data: [DONE]``,
+    a stream that goes on past ``max_tokens`` for ever (see
+    :mod:`~orchestra._scripted.endless`).
 ``nousage``
     the reply lacks its ``usage`` object. Not counted: every reply.
 ``promptPCT`` (e.g. ``prompt160``)
@@ -49,6 +54,7 @@ from typing import Any, Final
 
 import attrs
 
+from .endless import ENDLESS
 from .scenarios import SCENARIOS, Answer, ScriptError, answer
 
 __all__ = [
@@ -62,9 +68,18 @@ __all__ = [
     "truncated",
 ]
 
-KEYWORDS: Final = ("hang", "garbage", "truncated", "reset", "nousage")
+KEYWORDS: Final = (
+    "hang",
+    "garbage",
+    "truncated",
+    "reset",
+    "keepalive",
+    "linger",
+    "overlong",
+    "nousage",
+)
 """The faults named by a word; any HTTP status from 400 to 599 is one too."""
-BROKEN: Final = frozenset({"hang", "truncated", "reset", "cut", "stall"})
+BROKEN: Final = frozenset({"hang", "truncated", "reset", "cut", "stall", *ENDLESS})
 """Faults that break the HTTP exchange itself: each side plays them its own way."""
 GARBAGE: Final = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
 CHAT_PATHS: Final = frozenset({"/v1/chat/completions", "/chat/completions"})
@@ -235,7 +250,7 @@ class Prepared:
     @property
     def broken(self) -> str | None:
         """The fault that breaks the exchange (``hang``, ``truncated``, ``reset``,
-        ``cut``, ``stall``), if any."""
+        ``cut``, ``stall``, ``keepalive``, ``linger``, ``overlong``), if any."""
         return self.fault.name if self.fault and self.fault.name in BROKEN else None
 
     @property

@@ -21,6 +21,7 @@ import attrs
 import h11
 import trio
 
+from .endless import ENDLESS, pieces
 from .faults import FaultCounter, Prepared, events_sent, truncated
 from .scenarios import CHUNK_HEADER, LATENCY_HEADER, Answer, chunk_delay
 
@@ -153,7 +154,9 @@ class _Connection:
     async def _break(self, prepared: Prepared, result: Answer, delay: float) -> None:
         """Play a fault that breaks the exchange; the caller then closes the connection."""
         fault = prepared.broken
-        if fault in ("cut", "stall", "truncated") and result.stream is not None:
+        if fault in ENDLESS:
+            await self._endless(fault, result, delay)
+        elif fault in ("cut", "stall", "truncated") and result.stream is not None:
             events = result.events()
             await self._send_head(result)
             await self._send_events(events[: events_sent(prepared, len(events))], delay)
@@ -167,6 +170,15 @@ class _Connection:
         else:  # reset: close with an RST rather than a FIN
             linger = struct.pack("ii", 1, 0)
             self._stream.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+
+    async def _endless(self, fault: str, result: Answer, delay: float) -> None:
+        """Play ``keepalive``, ``linger`` or ``overlong`` until the client closes."""
+        await self._send_head(result)
+        events = result.events() if result.stream is not None else None
+        for wait, data in pieces(fault, events, result.content, delay):
+            await trio.sleep(wait)
+            await self._send_event(h11.Data(data=data))
+        await self._until_closed()
 
     async def _until_closed(self) -> None:
         """Read and drop whatever comes until the client closes (or resets) the connection."""

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import trio
 
+from .._scripted.endless import ENDLESS, pieces
 from .._scripted.faults import FaultCounter, Prepared, events_sent, truncated
 from .._scripted.scenarios import CHUNK_HEADER, LATENCY_HEADER, Answer, chunk_delay
 
@@ -32,7 +33,8 @@ class ScriptedTransport(httpx.AsyncBaseTransport):
     A request with ``stream: true`` gets server-sent events, ``chunk_s``
     seconds before each (the ``x-scripted-chunk-ms`` header overrides it);
     ``cutK`` raises ``RemoteProtocolError`` after K events, ``stallK`` times
-    out after K events as ``hang`` does.
+    out after K events as ``hang`` does; ``keepalive`` and ``overlong`` go on
+    for ever, ``linger`` times out after its ``[DONE]`` as ``hang`` does.
     """
 
     def __init__(self, *, latency: float = 0.0, faults: bool = True, chunk_s: float = 0.0) -> None:
@@ -54,10 +56,12 @@ class ScriptedTransport(httpx.AsyncBaseTransport):
         await trio.sleep(result.delay)
         if prepared.broken == "hang" or (prepared.broken == "stall" and result.stream is None):
             await _hang(request)
+        delay = chunk_delay(self.chunk_s, request.headers.get(CHUNK_HEADER))
+        if prepared.broken in ENDLESS:
+            return _endless(result, prepared.broken, delay, request)
         if prepared.broken == "reset":
             raise httpx.ReadError("[Errno 104] Connection reset by peer", request=request)
         if result.stream is not None:
-            delay = chunk_delay(self.chunk_s, request.headers.get(CHUNK_HEADER))
             return _streamed(result, _Events(result, prepared, delay, request))
         cut = prepared.broken in ("truncated", "cut")
         return _response(result, _Truncated(result.content) if cut else None)
@@ -91,6 +95,32 @@ class _Events(httpx.AsyncByteStream):
                 "peer closed connection without sending complete message body "
                 "(incomplete chunked read)"
             )
+
+
+def _endless(result: Answer, fault: str, delay: float, request: httpx.Request) -> httpx.Response:
+    """The response of a ``keepalive``, ``linger`` or ``overlong`` fault."""
+    events = result.events() if result.stream is not None else None
+    played = _Played(pieces(fault, events, result.content, delay), request)
+    if events is None:
+        return _response(result, played)
+    played.linger = fault == "linger"
+    return _streamed(result, played)
+
+
+class _Played(httpx.AsyncByteStream):
+    """Pieces of a body, each after its wait; then, to ``linger``, nothing until the
+    read timeout (the connection held open, the body never ended)."""
+
+    def __init__(self, played: Iterator[tuple[float, bytes]], request: httpx.Request) -> None:
+        self._played, self._request = played, request
+        self.linger = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for wait, data in self._played:
+            await trio.sleep(wait)
+            yield data
+        if self.linger:
+            await _hang(self._request)
 
 
 def _response(result: Answer, stream: httpx.AsyncByteStream | None) -> httpx.Response:

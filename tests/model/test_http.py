@@ -1,4 +1,5 @@
-"""The provider's way to the endpoint: admission control, sharded pools, proxies."""
+"""The provider's way to the endpoint: admission control, sharded pools, proxies,
+and deadlines that hold however a server misbehaves."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpcore
 import httpx
 import pytest
 import trio
@@ -16,11 +18,15 @@ import trio.testing
 from orchestra import (
     ConfigError,
     OpenAIProvider,
+    ProviderHTTPError,
     ProviderUnreachable,
     RetryPolicy,
 )
-from orchestra._model.http import SHARD_CONNECTIONS, Endpoint, proxy_for
+from orchestra._model.http import DONE_GRACE_S, SHARD_CONNECTIONS, Endpoint, proxy_for
 from orchestra._model.provider import ChatRequest
+from orchestra._model.sse import ServerEvent
+from orchestra._model.stream import Reading
+from orchestra.testing import ScriptedTransport, scripted_server
 
 PLAN = ChatRequest(model="plan", messages=[{"role": "user", "content": "Why did it fail?"}])
 
@@ -249,3 +255,89 @@ async def test_a_second_unanswered_close_is_an_error():
         with pytest.raises(httpx.RemoteProtocolError, match="without sending a response"):
             await endpoint.post("/chat/completions", b"{}")
     assert requests == ["answered", "dropped", "dropped"]
+
+
+# -- deadlines that hold on any stream (issue 43.3) -------------------------------------
+
+
+@pytest.fixture(params=["socket", "transport"])
+def wire(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@contextlib.asynccontextmanager
+async def scripted(
+    wire: str, *, request_timeout: float, stream: bool = True, chunk_s: float = 0.0
+) -> AsyncIterator[OpenAIProvider]:
+    """A provider of the scripted server over loopback, or of the in-process transport."""
+    async with contextlib.AsyncExitStack() as stack:
+        if wire == "socket":
+            url = await stack.enter_async_context(scripted_server(chunk_s=chunk_s))
+            transport = None
+        else:
+            url, transport = "http://scripted/v1", ScriptedTransport(chunk_s=chunk_s)
+        provider = OpenAIProvider(
+            base_url=url, api_key="k", timeout=request_timeout, stream=stream, transport=transport
+        )
+        yield provider
+        await provider.aclose()
+
+
+def asking(model: str, max_tokens: int | None = None) -> ChatRequest:
+    return ChatRequest(model=model, messages=PLAN.messages, max_tokens=max_tokens)
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+async def test_comments_or_a_trickled_body_hold_a_call_no_longer_than_its_timeout(
+    wire: str, stream: bool, autojump_clock: Any
+):
+    """``: keep-alive`` every 0.5 s (a body trickled a byte every 0.5 s) meets no read
+    timeout; the request timeout bounds the whole reply all the same."""
+    async with scripted(wire, request_timeout=3.0, stream=stream) as provider:
+        start = trio.current_time()
+        with trio.fail_after(60), pytest.raises(ProviderHTTPError, match=r"timeout \(3 s\)"):
+            await provider.complete(asking("plan+keepalive"))
+        assert trio.current_time() - start == pytest.approx(3.0, abs=0.001)
+        assert (await provider.complete(asking("plan+keepalive"))).finish_reason == "tool_calls"
+
+
+async def test_a_reply_whole_at_done_ends_there_though_the_connection_stays_open(
+    wire: str, autojump_clock: Any
+):
+    async with scripted(wire, request_timeout=600.0) as provider:
+        start = trio.current_time()
+        with trio.fail_after(60):
+            reply = await provider.complete(asking("plan+lingerx2"))
+        assert trio.current_time() - start <= DONE_GRACE_S + 0.001
+        assert reply.finish_reason == "tool_calls" and reply.usage_reported
+        again = await provider.complete(asking("plan+lingerx2"))  # a new connection
+        assert again.message == reply.message
+
+
+async def test_a_stream_past_max_tokens_is_closed_there(wire: str, autojump_clock: Any):
+    """The server streams four more tokens every 10 ms for ever: the call ends at the
+    cap (40 tokens: about ten events), not 10,000 events (100 s) later."""
+    async with scripted(wire, request_timeout=600.0, chunk_s=0.01) as provider:
+        start = trio.current_time()
+        with trio.fail_after(60):
+            reply = await provider.complete(asking("plan+overlong", max_tokens=40))
+        assert trio.current_time() - start == pytest.approx(0.12, abs=0.001)  # 12 events
+        assert reply.finish_reason == "length" and not reply.usage_reported
+
+
+async def test_a_whole_stream_gives_its_connection_back_to_the_pool(server_url: str):
+    endpoint = Endpoint(base_url=server_url, headers={}, timeout=10.0, max_connections=1)
+    body = b'{"model": "plan", "messages": [{"role": "user", "content": "go"}], "stream": true}'
+    seen: list[str] = []
+
+    def feed(event: ServerEvent) -> Reading:
+        seen.append(event.data)
+        return Reading.DONE if event.data == "[DONE]" else Reading.ON
+
+    for _ in range(3):
+        await endpoint.stream("/chat/completions", body, feed)
+    assert seen.count("[DONE]") == 3
+    (shard,) = endpoint._shards
+    assert isinstance(shard.pool, httpcore.AsyncConnectionPool)
+    assert len(shard.pool.connections) == 1  # one connection, reused
+    await endpoint.aclose()
