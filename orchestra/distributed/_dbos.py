@@ -24,9 +24,10 @@ DBOS is pinned (``dbos==3.4.0``); its one internal call,
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from importlib.metadata import version
 from typing import Any, NoReturn
 from urllib.parse import urlencode, urlsplit
@@ -111,13 +112,27 @@ def migrate(database: str, transactions: Any) -> None:
     ``transactions``, a store), so workers starting together do not race.
     """
     DBOS = _dbos()
-    with transactions.transaction() as conn:
-        # This transaction only holds the lock while DBOS migrates on connections
-        # of its own, which takes seconds on a loaded machine: the server must not
-        # end it as a frozen process's (see IDLE_IN_TRANSACTION_MS in _pgstore).
-        conn.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext('orchestra.dbos'))")
+    with _session_lock(transactions, "orchestra.dbos"):
         DBOS.migrate(system_url(database))
+
+
+@contextlib.contextmanager
+def _session_lock(transactions: Any, name: str) -> Iterator[None]:
+    """Hold the advisory lock ``name`` for the block, on this thread's connection.
+
+    A session's lock, not a transaction's: a transaction left open while DBOS
+    migrates on connections of its own is idle, and the server ends a session
+    idle in a transaction after 2 s (``IDLE_IN_TRANSACTION_MS``), which a
+    migration on a loaded machine outlasts (workers then exited 8 at start).
+    A connection that breaks releases the lock with its session.
+    """
+    with transactions.transaction() as conn:
+        conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (name,))
+    try:
+        yield
+    finally:
+        with transactions.transaction() as conn:
+            conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (name,))
 
 
 def _dbos() -> Any:
