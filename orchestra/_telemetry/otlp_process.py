@@ -55,8 +55,11 @@ __all__ = ["ExportProcess"]
 
 _log = logging.getLogger("orchestra.otlp")
 _PIPE_BYTES = 1 << 20
-_ANSWER_S = 1.0
-"""How long past its timeout a flush waits for the child's answer (its collector check)."""
+_ANSWER_S = 4.0
+"""How long past its timeout a flush waits for the child's answer (its collector
+check). The child answers as soon as its own timeout passes, so this bounds only
+a child that is stuck or starved: 1 s was too short on a loaded 2-core machine,
+where a flush of 1 s then said "no answer in 2 s" instead of the timeout."""
 _EXIT_S = 2.0
 """How long past its grace the child may take to exit (it stops retrying, then exits)."""
 _CHILD = "from orchestra._telemetry.otlp_child import main; main()"

@@ -74,7 +74,9 @@ def test_a_request_timeout_given_at_submit_holds_on_the_worker(
         took = time.monotonic() - started
     report = _report(done)
     assert report["status"] == "completed", report
-    (retry,) = _events(pg_url, str(report["run_id"]), "model_retry")
+    # the hang is timed out and retried; on a loaded machine a reply may also take
+    # more than 1 s and be retried too: the first retry is the hang's
+    retry, *_ = _events(pg_url, str(report["run_id"]), "model_retry")
     assert retry["attempt"] == 2 and "ReadTimeout" in str(retry["error"]), retry
     assert took < 30, took
 

@@ -82,7 +82,9 @@ def test_a_collector_that_never_answers_costs_the_flush_timeout_and_no_more(sile
     why = finish_export(provider, timeout_s=1)
     elapsed = time.monotonic() - started
     assert why == f"the export to {silent}/v1/traces did not finish in 1 s"
-    assert elapsed < 6  # 1 s, the answer, and the export process stopping its retries
+    # 1 s, the answer (within 4 s more however loaded the machine), and the
+    # export process stopping its retries
+    assert elapsed < 9
     assert provider.sink._process.returncode is not None  # type: ignore[attr-defined]
 
 
