@@ -173,9 +173,7 @@ def _budget_exit(reason: str) -> Exit:
     return Exit(status=Status.BUDGET_EXCEEDED, reason=reason)
 
 
-def settle(
-    run: LiveRun, grant: Grant, reply: ChatReply | None, arrived: int = 0
-) -> Usage:
+def settle(run: LiveRun, grant: Grant, reply: ChatReply | None, arrived: int = 0) -> Usage:
     """Release ``grant`` and charge what the reply really cost.
 
     A reply without usage is charged as estimated: the prompt as reserved (our

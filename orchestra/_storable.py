@@ -230,10 +230,7 @@ def _text_problem(text: str) -> str | None:
 
 def _int_problem(value: int) -> str:
     digits = len(str(abs(value))) if abs(value) < 10**4000 else "over 4,000"
-    return (
-        f"the integer ({digits} digits) is outside what can be kept "
-        f"({MIN_INT:,} to {MAX_INT:,})"
-    )
+    return f"the integer ({digits} digits) is outside what can be kept ({MIN_INT:,} to {MAX_INT:,})"
 
 
 def storable_message(message: dict[str, Any]) -> dict[str, Any]:
