@@ -21,7 +21,11 @@ def runner(**kw: Any) -> Runner:
 
 
 async def read(handle: RunHandle, into: list[str]) -> None:
-    into.extend([event.type async for event in handle.events()])
+    await drain(handle.events(), into)
+
+
+async def drain(feed: EventFeed, into: list[str]) -> None:
+    into.extend([event.type async for event in feed])
 
 
 async def test_readers_opened_before_during_and_after_the_tree_stops_end(
@@ -33,7 +37,7 @@ async def test_readers_opened_before_during_and_after_the_tree_stops_end(
     with trio.fail_after(600):
         async with trio.open_nursery() as nursery:
             handle = await runner().start(nursery, demo_agent("slow", sandbox), demo_task("slow"))
-            nursery.start_soon(read, handle, before)
+            nursery.start_soon(drain, handle.events(), before)  # subscribed before it starts
             await trio.sleep(1.0)
             nursery.start_soon(read, handle, during)
             await handle.wait()
