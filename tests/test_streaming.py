@@ -349,3 +349,22 @@ def test_a_process_killed_midstream_has_what_arrived_charged_by_the_resume(tmp_p
     assert state.own.model_calls == before.model_calls + 1 + 3  # the lost call, then three
     lost = Price(input_per_million=2, output_per_million=12)
     assert state.own.cost_pico >= before.cost_pico + lost.cost(noted.prompt, noted.tokens)
+
+
+async def test_a_stream_kept_alive_past_the_request_timeout_is_charged_and_asked_again(
+    sandbox, autojump_clock
+) -> None:
+    """``: keep-alive`` every 0.5 s after the first event: the request timeout (3 s)
+    ends the call all the same; what arrived is charged, the call asked again."""
+    events: list[Event] = []
+    provider = OpenAIProvider(
+        base_url="http://s/v1", api_key="k", transport=ScriptedTransport(), timeout=3.0
+    )
+    runner = Runner(provider=provider, prices=PRICES, sink=events.append)
+    start = trio.current_time()
+    with trio.fail_after(60):
+        result = await runner.run(demo_agent("plan+keepalive", sandbox), demo_task("plan"))
+    assert result.status is Status.COMPLETED
+    (retry,) = [e.data for e in events if e.type == "model_retry"]
+    assert "request timeout (3 s)" in retry["error"]
+    assert trio.current_time() - start == pytest.approx(3.0 + retry["wait_s"], abs=0.01)

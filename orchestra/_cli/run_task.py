@@ -81,7 +81,7 @@ __all__ = ["run_command"]
     default=RUN_TIMEOUT_S,
     show_default=True,
     metavar="SECONDS",
-    help="Seconds to wait for one model reply (a local model on a CPU is slow).",
+    help="Seconds one model reply may take, whole (a local model on a CPU is slow).",
 )
 @click.option(
     "--max-tokens",

@@ -244,6 +244,11 @@ class OpenAIProvider:
     10,000 runs sharing one provider queue at no cost per waiter). Time spent
     waiting for a turn does not count against ``timeout`` (the run's deadline
     still bounds it); a cancelled call just leaves the queue.
+
+    Deadlines: ``timeout`` bounds each request whole once it has its turn, its
+    reply's last byte included, however the server trickles it (see
+    :mod:`orchestra._model.http`); a streamed reply ends at its ``[DONE]``, or
+    at its cap (``max_tokens``, by our count), and its stream is closed there.
     """
 
     def __init__(

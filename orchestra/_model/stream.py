@@ -119,6 +119,7 @@ class Assembly:
 
         Raises:
             ProviderReplyError: not a chat-completion chunk.
+            ProviderHTTPError: an error object instead of a chunk (the server failed).
         """
         if data.strip() == "[DONE]":
             self.done = True
