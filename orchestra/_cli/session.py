@@ -24,7 +24,7 @@ from .._runner import Runner
 from .._stores.contract import Store
 from .._tools import Tool
 
-__all__ = ["Session", "supervise"]
+__all__ = ["Session", "followed", "supervise"]
 
 
 class Notices:
@@ -111,6 +111,24 @@ def _live_view(session: Session) -> Iterator[EventSink | None]:
 
     with live_tree() as sink:
         yield sink
+
+
+@contextlib.contextmanager
+def followed(session: Session) -> Iterator[EventSink | None]:
+    """What follows a tree executed elsewhere (on workers): ``--trace``, the live
+    view, notices and ``--json-events``, as :func:`supervise` gives them to its
+    runner; None when none of the first three is asked for (notices alone follow
+    nothing)."""
+    trace = None
+    if session.trace:
+        trace = JsonlSink(sys.stderr) if session.trace == "-" else JsonlSink(path=session.trace)
+    try:
+        with _live_view(session) as live:
+            out = _events_out(session)
+            yield fanout(trace, live, Notices(), out) if trace or live or out else None
+    finally:
+        if trace:
+            trace.close()
 
 
 async def supervise(

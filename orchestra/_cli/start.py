@@ -127,9 +127,13 @@ def start(
         )
     if is_distributed(output.store_path):
         from ..distributed._cli import submit_and_follow
+        from .session import followed
 
         assert output.store_path is not None
-        result, ms = submit_and_follow(output.store_path, session.recipe, tree_limits, task)
+        with followed(session) as sink:
+            result, ms = submit_and_follow(
+                output.store_path, session.recipe, tree_limits, task, sink
+            )
         finish(result, session, ms, output, spans)
         return
     encoding()  # load the tokenizer before the clock starts

@@ -9,6 +9,7 @@ record the decision and queue the tree again (any worker continues it);
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -19,6 +20,7 @@ from typing import Any
 import click
 import trio
 
+from .._events import EventSink
 from .._exceptions import StoreUnreachable
 from .._state import RunState, Status
 
@@ -146,25 +148,50 @@ def _database_away(since: float | None, exc: StoreUnreachable) -> float:
     return since
 
 
-def submit_and_follow(database: str, recipe: Any, limits: Any, task: str) -> tuple[Any, float]:
-    """Submit a CLI recipe's run to the workers and wait for its tree; (result, ms)."""
+class _Away:
+    """Notes each failure to reach the database (said once; raised past the limit)."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+
+    def __call__(self, exc: StoreUnreachable) -> None:
+        self.since = _database_away(self.since, exc)
+
+
+def submit_and_follow(
+    database: str, recipe: Any, limits: Any, task: str, sink: EventSink | None = None
+) -> tuple[Any, float]:
+    """Submit a CLI recipe's run to the workers and wait for its tree; (result, ms).
+
+    With ``sink``, every event of the tree reaches it as it happens (text
+    deltas included, each with its run's depth: see :mod:`._follow`).
+    """
     from .._exceptions import ConfigError
+    from .._execute import new_run_id
     from .._views.report import tree_result
     from ._client import Cluster, submit
+    from ._follow import Follower, stream
     from ._pgstore import redacted
 
     if recipe.mcp:
         raise ConfigError("runs with MCP tools cannot be submitted to workers yet")
-    with Cluster(database) as cluster:
+    with Cluster(database) as cluster, contextlib.ExitStack() as following:
+        run_id = new_run_id()
+        follower = None
+        if sink is not None:  # following before the run exists: none of its events is missed
+            follower = following.enter_context(contextlib.closing(Follower(database, run_id)))
+            follower.open()
         started = time.monotonic()
-        run_id = submit(
-            cluster, recipe.agent(limits), task, limits=limits, metadata=recipe.metadata()
-        )
+        agent = recipe.agent(limits)
+        metadata = recipe.metadata()
+        submit(cluster, agent, task, limits=limits, metadata=metadata, run_id=run_id)
         click.echo(
             f"run {run_id} submitted to the workers of {redacted(database)} (stop it with: "
             f"orchestra cancel {run_id} --store {redacted(database)})",
             err=True,
         )
+        if follower is not None and sink is not None:
+            stream(follower, sink, away=_Away())
         states = follow(cluster, run_id)
         return tree_result(states, run_id), (time.monotonic() - started) * 1000
 

@@ -76,14 +76,16 @@ def submit(
     *,
     limits: Limits | None = None,
     metadata: dict[str, str] | None = None,
+    run_id: str | None = None,
 ) -> str:
-    """Save and queue a new root run of ``agent``; its run id.
+    """Save and queue a new root run of ``agent``; its run id (``run_id`` if given:
+    a client may follow the tree's events before it exists).
 
     ``metadata`` must let a worker rebuild the agent: a CLI recipe, or
     ``{AGENTS_KEY: "module:attr"}``.
     """
     limits = (limits or agent.limits).anchored(time.time())
-    state = new_state(agent, task, limits, metadata=metadata)
+    state = new_state(agent, task, limits, metadata=metadata, run_id=run_id)
     cluster.store.save(state)
     cluster.ledger.open_node(state, 0)
     cluster.queue.enqueue_now(state.run_id)

@@ -39,7 +39,7 @@ import attrs
 import trio
 
 from .._agent import Agent
-from .._events import EventSink
+from .._events import EventSink, fanout
 from .._exceptions import ConfigError, LeaseLost, StateError, StoreError, StoreUnreachable
 from .._execute import execute, trio_deadline
 from .._model.margin import Margin
@@ -55,6 +55,7 @@ from .._stores.fence import Fence
 from . import _dbos
 from ._host import WorkerRunner
 from ._ledger import PostgresLedger
+from ._notify import LivePublisher, create_schema
 from ._pgstore import PostgresStore
 from ._stall import StallWatch
 from ._threads import (
@@ -165,6 +166,8 @@ class Worker:
     _launched: bool = attrs.field(default=False, init=False)
     _steps: set[Step] = attrs.field(factory=set, init=False)
     """The steps executing here now."""
+    _publisher: LivePublisher | None = attrs.field(default=None, init=False)
+    """Sends the events of trees that clients follow to them (see :mod:`._notify`)."""
 
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Take runs from the queue until cancelled (then DBOS is stopped).
@@ -179,6 +182,7 @@ class Worker:
         """
         from .._scripted.server import scripted_server
 
+        self._publisher = LivePublisher(self.database, self.executor_id)
         await until_reachable(
             self._open,
             patience_s=self.wait_for_db_s,
@@ -187,6 +191,7 @@ class Worker:
         )
         try:
             async with scripted_server(faults=False) as url, trio.open_nursery() as nursery:
+                nursery.start_soon(self._publisher.run)
                 # Beating from the moment the row exists: DBOS's migration and
                 # launch take seconds on a loaded machine, and a silent worker
                 # looks dead. It judges others only once DBOS runs here.
@@ -242,6 +247,7 @@ class Worker:
         with self._store.transaction() as conn:
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('orchestra.workers'))")
             conn.execute(_WORKERS_TABLE)
+            create_schema(conn)
         self._heartbeat(first=True, judge=False)
 
     async def _close(self) -> None:
@@ -514,7 +520,7 @@ class Worker:
                 retry=calls.retry,
                 prompt_margin=calls.margin,
                 store=self._store,
-                sink=self.sink,
+                sink=fanout(self.sink, self._publisher),
                 queue=self._queue,
                 ledger=self._ledger,
                 owner=self.executor_id,
