@@ -157,7 +157,8 @@ class Follower:
         if not found:
             return
         xmin, xmax, self.root_status = found[0][0], found[0][1], found[0][2]
-        if self.root_status != Status.RUNNING.value and self._stopped_at is None:
+        stopped = self.root_status not in (None, Status.RUNNING.value)  # None: not submitted yet
+        if stopped and self._stopped_at is None:
             self._stopped_at = self._read_at
         fresh = [(seq, data) for *_, seq, data in found if seq is not None]
         fresh = [(seq, data) for seq, data in fresh if seq not in self._seen]

@@ -179,7 +179,7 @@ class LivePublisher:
                 self._wake = trio.Event()
                 await self.flush()
         finally:
-            self._link.close()
+            self.close()
 
     async def flush(self) -> None:
         """Send what is gathered now (one thread call: who follows, then the batch)."""
@@ -192,9 +192,9 @@ class LivePublisher:
         for root in ask:
             self._known[root] = (root in followed, until)
 
-    def forget(self, root_id: str) -> None:
-        """Drop what is known of ``root_id`` (it is asked again with its next event)."""
-        self._known.pop(root_id, None)
+    def close(self) -> None:
+        """Close the publisher's connection (a later batch opens another)."""
+        self._link.close()
 
 
 @attrs.define(eq=False)

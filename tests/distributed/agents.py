@@ -9,6 +9,8 @@
   call's effect exactly once.
 - :func:`scan_tree`: ``[tree N] [slow]``: N children, each in a 600 s scan
   (a tree to cancel).
+- :func:`research_tree`: the demo's ``research`` tree, on the workers' model
+  endpoint (a slowly streaming one shows live events).
 """
 
 from __future__ import annotations
@@ -76,6 +78,13 @@ def scan_tree() -> Agent:
         tools=(leaf.as_tool(name="research"),),
         max_tokens=8192,
     )
+
+
+def research_tree() -> Agent:
+    """The demo's ``research`` tree (a root and 3 researchers) over the sandbox."""
+    from orchestra._recipes.recipe import Recipe
+
+    return Recipe(directory=str(SANDBOX), scenario="research").agent(Limits(max_turns=20))
 
 
 def approval_tree() -> Agent:

@@ -31,7 +31,7 @@ class Workers:
         self.url, self.logs, self.env = url, logs, env
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, name: str, concurrency: int = 3) -> None:
+    def start(self, name: str, concurrency: int = 3, *options: str) -> None:
         with (self.logs / f"{name}.log").open("wb") as log:
             self.procs[name] = subprocess.Popen(
                 [
@@ -47,6 +47,7 @@ class Workers:
                     str(concurrency),
                     "--dead-after",
                     str(DEAD_AFTER_S),
+                    *options,
                 ],
                 cwd=ROOT,
                 env={**os.environ, **self.env},

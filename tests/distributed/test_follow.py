@@ -1,0 +1,124 @@
+"""Following a tree's events over PostgreSQL: saved events by ``seq`` after each
+notice, none lost to a missed notice or to commits out of ``seq`` order; live
+batches from a publisher only for trees someone follows."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import psycopg
+import pytest
+import trio
+
+from orchestra import Event, Limits
+from orchestra._execute import new_state
+from orchestra.distributed import PostgresStore
+from orchestra.distributed._follow import Follower
+from orchestra.distributed._notify import LivePublisher, channel
+
+ROOT = "run_follow_root"
+CHILD = "run_follow_child"
+
+
+def record(type_: str, run_id: str, at: float) -> dict[str, Any]:
+    parent = None if run_id == ROOT else ROOT
+    return {"type": type_, "run_id": run_id, "root_id": ROOT, "parent_id": parent, "at": at}
+
+
+def insert(conn: psycopg.Connection[Any], event: dict[str, Any]) -> int:
+    row = conn.execute(
+        "INSERT INTO events (run_id, root_id, type, at, data) VALUES (%s, %s, %s, %s, %s)"
+        " RETURNING seq",
+        (event["run_id"], ROOT, event["type"], event["at"], orjson.dumps(event).decode()),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.fixture
+def follower(store: PostgresStore, pg_url: str) -> Iterator[Follower]:
+    from orchestra import Agent
+
+    agent = Agent(name="a", model="m", instructions="")
+    store.save(new_state(agent, "task", Limits(), run_id=ROOT))
+    opened = Follower(pg_url, ROOT).open()
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def seen(events: list[Event]) -> list[tuple[str, str, int]]:
+    return [(e.run_id, e.type, e.depth) for e in events]
+
+
+def test_an_event_committed_late_with_no_notice_is_still_read(
+    follower: Follower, pg_url: str
+) -> None:
+    with (
+        psycopg.connect(pg_url) as early,
+        psycopg.connect(pg_url, autocommit=True) as late,
+    ):
+        early.execute("SET session_replication_role = replica")  # its commit notifies nobody
+        first = insert(early, record("run_started", CHILD, 1.0))  # a lower seq, still open
+        second = insert(late, record("run_started", ROOT, 2.0))  # committed (and notified) first
+        assert first < second
+        assert seen(follower.poll(5.0)) == [(ROOT, "run_started", 0)]
+        early.commit()
+    # no notice came for it: the next read (at most READ_EVERY_S later) finds it
+    follower.read()
+    assert seen(follower.merge.take()) == [(CHILD, "run_started", 1)]
+    follower.read()
+    assert follower.merge.take() == []
+
+
+def test_a_saved_event_notifies_its_follower_once_committed(
+    follower: Follower, pg_url: str
+) -> None:
+    follower.poll(0.0)  # the first read
+    with psycopg.connect(pg_url) as conn:
+        insert(conn, record("model_request", ROOT, 1.0))
+        insert(conn, record("turn", ROOT, 2.0))
+        time.sleep(0.1)  # uncommitted: nothing to see yet
+        assert follower.poll(0.0) == []
+    began = time.monotonic()
+    got = follower.poll(5.0)
+    assert seen(got) == [(ROOT, "model_request", 0), (ROOT, "turn", 0)]
+    assert time.monotonic() - began < 1.0  # woken by the notice, not by the next read
+
+
+def test_a_publisher_sends_only_trees_someone_follows(follower: Follower, pg_url: str) -> None:
+    follower.poll(0.0)
+    with psycopg.connect(pg_url, autocommit=True) as spy:
+        spy.execute(f'LISTEN "{channel("run_nobody")}"')
+
+        def event(run_id: str, root_id: str, type_: str, depth: int, **data: Any) -> Event:
+            parent = None if run_id == root_id else root_id
+            return Event(
+                type=type_,
+                run_id=run_id,
+                root_id=root_id,
+                parent_id=parent,
+                at=time.time(),
+                data=data,
+                depth=depth,
+            )
+
+        async def publish() -> None:
+            publisher = LivePublisher(pg_url, "w1")
+            publisher(event(CHILD, ROOT, "model_request", 1, turn=1))
+            publisher(event(CHILD, ROOT, "text_delta", 1, text="Hello", tokens=1))
+            publisher(event("run_nobody", "run_nobody", "text_delta", 0, text="x", tokens=1))
+            await publisher.flush()
+            publisher(event("run_nobody", "run_nobody", "text_delta", 0, text="y", tokens=1))
+            assert publisher._buffer == []  # known unfollowed: dropped at once
+            publisher.close()
+
+        trio.run(publish)
+        got = follower.poll(5.0)
+        assert seen(got) == [(CHILD, "model_request", 1), (CHILD, "text_delta", 1)]
+        assert got[1].data == {"text": "Hello", "tokens": 1}
+        assert list(spy.notifies(timeout=0.2)) == []
