@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .common import api_key_option, json_option
 from .errors import CommandError
 from .options import Number, count
-from .stores import new_store, store_option
+from .stores import is_distributed, new_store, store_option
+
+if TYPE_CHECKING:
+    from .._stores.contract import DurableStore
 
 __all__ = ["console_command", "mcp_group", "serve_scripted_command", "worker_command"]
 
@@ -48,7 +51,12 @@ def console_command(port: int, store_path: str | None) -> None:
         )
     from ..console._server import bind, run_console
 
-    store = new_store(store_path)
+    if is_distributed(store_path):  # what runs stream on workers shows too
+        from ..distributed._texts import FollowingStore
+
+        store: DurableStore = FollowingStore(str(store_path))
+    else:
+        store = new_store(store_path)
     try:
         sock = bind(port)
     except OSError as exc:

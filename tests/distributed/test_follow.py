@@ -122,3 +122,51 @@ def test_a_publisher_sends_only_trees_someone_follows(follower: Follower, pg_url
         assert seen(got) == [(CHILD, "model_request", 1), (CHILD, "text_delta", 1)]
         assert got[1].data == {"text": "Hello", "tokens": 1}
         assert list(spy.notifies(timeout=0.2)) == []
+
+
+def test_the_console_store_shows_what_runs_on_workers_stream(
+    store: PostgresStore, pg_url: str
+) -> None:
+    from distributed_support import wait_until
+
+    from orchestra import Agent
+    from orchestra.distributed._texts import FollowingStore
+
+    agent = Agent(name="a", model="m", instructions="")
+    store.save(new_state(agent, "task", Limits(), run_id=ROOT))
+
+    def following() -> bool:
+        with store.transaction() as conn:
+            made = conn.execute("SELECT to_regclass('event_followers')").fetchone()
+            if made is None or made[0] is None:
+                return False  # not even the table yet
+            return conn.execute("SELECT 1 FROM event_followers").fetchone() is not None
+
+    def publish(*events: Event) -> None:
+        async def send() -> None:
+            publisher = LivePublisher(pg_url, "w1")
+            for event in events:
+                publisher(event)
+            await publisher.flush()
+            publisher.close()
+
+        trio.run(send)
+
+    def child(type_: str, **data: Any) -> Event:
+        return Event(
+            type=type_, run_id=CHILD, root_id=ROOT, parent_id=ROOT, at=time.time(), data=data,
+            depth=1,
+        )  # fmt: skip
+
+    with FollowingStore(pg_url) as console:
+        assert console.live_texts(ROOT) == {}  # follows the tree from now on
+        wait_until(following, 10, "the console following the tree")
+        publish(
+            child("model_request", turn=1),
+            child("text_delta", text="Hello", tokens=1),
+            child("text_delta", text=" world", tokens=1),
+        )
+        wait_until(lambda: console.live_texts(ROOT) == {CHILD: "Hello world"}, 10, "the text")
+        publish(child("turn", turn=1))
+        wait_until(lambda: console.live_texts(ROOT) == {}, 10, "the text gone with its turn")
+    assert not following()
