@@ -128,13 +128,15 @@ def follow(cluster: Any, run_id: str, *, timeout_s: float | None = None) -> list
             return list(cluster.store.tree(run_id))
         if not hinted and waited > UNTAKEN_HINT_S and cluster.store.executor(run_id) is None:
             hinted = True
-            click.echo(
-                f"no worker has taken {run_id} yet: start one with "
-                f"orchestra worker --store {cluster.store.url} (Ctrl-C stops waiting; the run "
-                "stays queued)",
-                err=True,
-            )
+            click.echo(_untaken(run_id, cluster.store.url), err=True)
         time.sleep(FOLLOW_POLL_S)
+
+
+def _untaken(run_id: str, url: str) -> str:
+    return (
+        f"no worker has taken {run_id} yet: start one with orchestra worker --store {url} "
+        "(Ctrl-C stops waiting; the run stays queued)"
+    )
 
 
 def _database_away(since: float | None, exc: StoreUnreachable) -> float:
@@ -146,6 +148,23 @@ def _database_away(since: float | None, exc: StoreUnreachable) -> float:
     if now - since > AWAY_LIMIT_S:
         raise exc
     return since
+
+
+class _Untaken:
+    """Says once on stderr if no worker took the run :data:`UNTAKEN_HINT_S` after
+    it was submitted (as :func:`follow` does)."""
+
+    def __init__(self, cluster: Any, run_id: str) -> None:
+        self.cluster, self.run_id = cluster, run_id
+        self.since: float | None = time.monotonic()
+
+    def __call__(self) -> None:
+        if self.since is None or time.monotonic() - self.since < UNTAKEN_HINT_S:
+            return
+        self.since = None
+        with contextlib.suppress(StoreUnreachable):
+            if self.cluster.store.executor(self.run_id) is None:
+                click.echo(_untaken(self.run_id, self.cluster.store.url), err=True)
 
 
 class _Away:
@@ -191,7 +210,7 @@ def submit_and_follow(
             err=True,
         )
         if follower is not None and sink is not None:
-            stream(follower, sink, away=_Away())
+            stream(follower, sink, away=_Away(), tick=_Untaken(cluster, run_id))
         states = follow(cluster, run_id)
         return tree_result(states, run_id), (time.monotonic() - started) * 1000
 

@@ -48,6 +48,8 @@ READ_EVERY_S = 1.0
 """The table is read at least this often (a notice may be missed)."""
 TICK_S = 0.05
 """Longest wait for notifications in :func:`stream` between two checks."""
+SETTLED_S = 10.0
+"""A read's rows count as settled this long after it, whatever the snapshots say."""
 STOPPED_GRACE_S = 0.5
 """How long after the root's saved status says it stopped its live events may
 still come (its own ``run_stopped`` ends the wait)."""
@@ -83,7 +85,8 @@ class Follower:
         self._conn: psycopg.Connection[Any] | None = None
         self._low = 0
         self._seen: set[int] = set()
-        self._marks: deque[tuple[int, int]] = deque()
+        self._marks: deque[tuple[int, int, float]] = deque()
+        """(xmax, highest seq seen, when) of each read whose rows are not settled."""
         self._read_at = -math.inf
         self._stopped_at: float | None = None
 
@@ -168,9 +171,12 @@ class Follower:
 
     def _settle(self, xmin: int, xmax: int) -> None:
         """Move the low-water mark past the rows of earlier reads whose concurrent
-        transactions have all ended."""
-        self._marks.append((xmax, max(self._seen, default=self._low)))
-        while self._marks and self._marks[0][0] <= xmin:
+        transactions have all ended (or that are :data:`SETTLED_S` old: a save
+        lasts milliseconds, and a session of ours idle in a transaction is ended
+        after 2 s; another's long transaction must not hold the mark for ever)."""
+        now = time.monotonic()
+        self._marks.append((xmax, max(self._seen, default=self._low), now))
+        while self._marks and (self._marks[0][0] <= xmin or self._marks[0][2] < now - SETTLED_S):
             self._low = max(self._low, self._marks.popleft()[1])
         self._seen = {seq for seq in self._seen if seq > self._low}
 
@@ -218,15 +224,21 @@ class Follower:
 
 
 def stream(
-    follower: Follower, sink: EventSink, *, away: Callable[[StoreUnreachable], None]
+    follower: Follower,
+    sink: EventSink,
+    *,
+    away: Callable[[StoreUnreachable], None],
+    tick: Callable[[], None] = lambda: None,
 ) -> None:
     """Feed ``follower``'s events to ``sink`` until the tree's root stops.
 
     While the database is away the follower connects again (``away`` is told
-    of each failure and may raise to give up); nothing saved is lost.
+    of each failure and may raise to give up); nothing saved is lost. ``tick``
+    is called between two polls (at least every :data:`TICK_S`).
     """
     while not follower.done:
         try:
+            tick()
             events = follower.poll(TICK_S)
         except StoreUnreachable as exc:
             away(exc)
