@@ -16,6 +16,8 @@ next, so a worker's death costs only the step in flight), with:
   by each worker's watcher to the trio cancel scopes of the runs it executes;
 - **approval across workers** (:func:`resume_tree`): a run paused on one
   worker continues on any;
+- **live events** (:func:`tree_events`): every event of a tree the workers
+  execute, text deltas included, each with its run's depth, as it happens;
 - **worker loss**: a worker whose heartbeat stops is declared dead and its
   workflows are queued again; tools with a result never run again, a write in
   flight runs again only if idempotent (same idempotency key).
@@ -24,6 +26,7 @@ Needs the ``[distributed]`` extra (``dbos`` pinned, ``psycopg``).
 """
 
 from ._client import Cluster, cancel_tree, ledger_rows, resume_tree, submit
+from ._follow import tree_events
 from ._ledger import PostgresLedger
 from ._pgstore import PostgresStore
 from ._worker import AGENTS_KEY, Worker
@@ -38,4 +41,5 @@ __all__ = [
     "ledger_rows",
     "resume_tree",
     "submit",
+    "tree_events",
 ]

@@ -98,6 +98,8 @@ class Follower:
             self._conn = psycopg.connect(
                 self.database, autocommit=True, application_name="orchestra follow"
             )
+            # listening before registering: nothing sent to followers is missed
+            self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(self.root_id))))
             with self._conn.transaction():
                 create_schema(self._conn)
                 self._conn.execute(
@@ -105,7 +107,6 @@ class Follower:
                     " VALUES (%s, pg_backend_pid(), %s) ON CONFLICT DO NOTHING",
                     (self.root_id, time.time()),
                 )
-            self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(self.root_id))))
         self._read_at = -math.inf  # read at once: a notice may have gone meanwhile
         return self
 
