@@ -68,6 +68,13 @@ _READ = """
 from one snapshot."""
 
 
+_FORGET_GONE = """
+    DELETE FROM event_followers
+    WHERE pid NOT IN (SELECT pid FROM pg_stat_activity WHERE pid IS NOT NULL)
+"""
+"""Registrations of followers whose session is gone (killed, or cut off by a restart)."""
+
+
 class Follower:
     """One client's view of one tree's events (see the module docstring).
 
@@ -102,6 +109,7 @@ class Follower:
             self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(self.root_id))))
             with self._conn.transaction():
                 create_schema(self._conn)
+                self._conn.execute(_FORGET_GONE)
                 self._conn.execute(
                     "INSERT INTO event_followers (root_id, pid, since)"
                     " VALUES (%s, pg_backend_pid(), %s) ON CONFLICT DO NOTHING",

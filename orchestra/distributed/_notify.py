@@ -182,7 +182,11 @@ class LivePublisher:
             self.close()
 
     async def flush(self) -> None:
-        """Send what is gathered now (one thread call: who follows, then the batch)."""
+        """Send what is gathered now (one thread call: who follows, then the batch).
+
+        Cancellation: the thread call is not abandoned: a cancel is seen once
+        the batch is sent (or dropped, if the database failed it).
+        """
         batch, self._buffer = self._buffer, []
         now = trio.current_time()
         ask = sorted({e.root_id for e in batch if self._known.get(e.root_id, (0, 0.0))[1] <= now})

@@ -170,3 +170,11 @@ def test_the_console_store_shows_what_runs_on_workers_stream(
         publish(child("turn", turn=1))
         wait_until(lambda: console.live_texts(ROOT) == {}, 10, "the text gone with its turn")
     assert not following()
+
+
+def test_registrations_of_followers_gone_are_forgotten(follower: Follower, pg_url: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO event_followers VALUES ('run_gone', 2147483000, 0)")
+        Follower(pg_url, "run_other").open().close()
+        rows = conn.execute("SELECT root_id FROM event_followers ORDER BY root_id").fetchall()
+    assert rows == [(ROOT,)]  # the live follower's stays; the killed one's went

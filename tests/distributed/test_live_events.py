@@ -120,7 +120,7 @@ def test_a_reader_gets_each_runs_deltas_while_it_streams(
     reference = "tests.distributed.agents:research_tree"
     monkeypatch.setenv("ORCHESTRA_TEST_SANDBOX", str(sandbox))  # the agent is built here too
     with (
-        scripted_endpoint(chunk_ms=25) as endpoint,
+        scripted_endpoint(chunk_ms=60) as endpoint,
         one_worker(pg_url, tmp_path, env, "--base-url", endpoint),
         Cluster(pg_url) as cluster,
     ):
