@@ -182,13 +182,13 @@ class Worker:
         """
         from .._scripted.server import scripted_server
 
+        publisher = self._publisher = LivePublisher(self.database, self.executor_id)
         await until_reachable(
             self._open,
             patience_s=self.wait_for_db_s,
             poll_s=DB_POLL_S,
             on_away=self._say_away,
         )
-        publisher = self._publisher = LivePublisher(self.database, self.executor_id)
         try:
             async with scripted_server(faults=False) as url, trio.open_nursery() as nursery:
                 nursery.start_soon(publisher.run)
@@ -247,6 +247,7 @@ class Worker:
         with self._store.transaction() as conn:
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('orchestra.workers'))")
             conn.execute(_WORKERS_TABLE)
+            create_schema(conn)
             create_schema(conn)
         self._heartbeat(first=True, judge=False)
 
