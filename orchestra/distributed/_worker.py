@@ -248,7 +248,6 @@ class Worker:
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('orchestra.workers'))")
             conn.execute(_WORKERS_TABLE)
             create_schema(conn)
-            create_schema(conn)
         self._heartbeat(first=True, judge=False)
 
     async def _close(self) -> None:
