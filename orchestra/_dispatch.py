@@ -432,6 +432,8 @@ def _park(run: LiveRun, call: Call, pending: ChildPending) -> None:
     once its child has ended (only idempotent writes park: see :func:`may_park`).
     """
     run.parked = True
+    if pending.child_id not in run.state.awaiting:
+        run.state.awaiting.append(pending.child_id)
     if call.id in run.state.started:
         run.state.started.remove(call.id)
     run.emit("tool_waiting", tool=call.tool.name, call_id=call.id, child_id=pending.child_id)

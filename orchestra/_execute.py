@@ -103,6 +103,7 @@ def reopen_state(
         state.limits = after
     state.status, state.reason, state.interruption, state.error = Status.RUNNING, "", None, None
     state.answer_partial = False  # a wound-down run that goes on answers again
+    state.awaiting.clear()  # resumed: so are its interrupted children
 
 
 def load_live(runner: Host, run_id: str, agent: Agent, parent: LiveRun | None) -> LiveRun:
@@ -269,13 +270,15 @@ def trio_deadline(run: LiveRun) -> float:
     return min(own, parent)
 
 
-async def execute(run: LiveRun, *, one_step: bool = False, announce: bool = True) -> None:
+async def execute(
+    run: LiveRun, *, pause: Callable[[LiveRun], bool] | None = None, announce: bool = True
+) -> None:
     """Drive ``run`` inside its own cancel scope and record exactly one exit.
 
-    With ``one_step``, only one step (see :func:`~orchestra._loop.drive`): a
-    run still ``running`` after it is saved as it is (with its elapsed time),
-    to be continued by a later call, maybe in another process. ``announce``
-    emits ``run_started`` first.
+    With ``pause``, it stops after a step when ``pause(run)`` says so (see
+    :func:`~orchestra._loop.drive`): a run still ``running`` then is saved as
+    it is (with its elapsed time), to be continued by a later call, maybe in
+    another process. ``announce`` emits ``run_started`` first.
 
     Cancellation: if an enclosing scope is cancelled, the run records
     ``interrupted`` (or ``deadline_exceeded``) and saves before ``Cancelled``
@@ -297,7 +300,7 @@ async def execute(run: LiveRun, *, one_step: bool = False, announce: bool = True
             if run.cancel_reason is not None:  # cancelled before it started
                 run.scope.cancel()
             try:
-                await drive(run, one_step=one_step)
+                await drive(run, pause=pause)
                 paused = True
             finally:
                 if not paused and _stopped_by_cancel(run):

@@ -294,6 +294,11 @@ class RunState:
     started: list[str] = attrs.Factory(list)
     children: dict[str, str] = attrs.Factory(dict)
     """Child run id by the call id that spawned it."""
+    awaiting: list[str] = attrs.Factory(list)
+    """Child runs executing elsewhere (on workers) that a parked call of this
+    run waits for. Once one has ended, its end is the call's answer as it
+    stands: an interrupted one is resumed only when this run is resumed
+    (which empties the list), never by the wake that its end caused."""
     elapsed_s: float = 0.0
     created_at: float = attrs.Factory(_now)
     updated_at: float = attrs.Factory(_now)

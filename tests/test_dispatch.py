@@ -359,10 +359,11 @@ async def test_a_call_waiting_for_a_child_elsewhere_parks_the_run() -> None:
     reply = calls(("echo", '{"text": "hi"}'), ("ask", '{"question": "q1"}'), ("note", "{}"))
     state.messages.append(reply)
     run = LiveRun(state=state, agent=agent, runner=runner)
-    await drive(run, one_step=True)
+    await drive(run, pause=lambda _: True)
     assert run.parked and run.state.status is Status.RUNNING
     assert ran == ["q1"]  # the write after it did not run
     assert list(run.state.results.values()) == ["hi"]  # the read's result is kept
     assert run.state.started == [] and run.state.own.tool_runs == 1
+    assert run.state.awaiting == ["child-q1"]  # its end will answer the call as it stands
     waiting = [e.data for e in events if e.type == "tool_waiting"]
     assert waiting == [{"tool": "ask", "call_id": "c1", "child_id": "child-q1"}]

@@ -57,6 +57,7 @@ def head_json(state: RunState) -> str:
         "results": s.results,
         "started": s.started,
         "children": s.children,
+        "awaiting": s.awaiting,
         "elapsed_s": s.elapsed_s,
         "created_at": s.created_at,
         "updated_at": s.updated_at,

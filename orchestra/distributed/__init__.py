@@ -3,8 +3,8 @@
 Embedded (the default) a tree runs in one process and needs no database. With
 ``orchestra worker --store postgresql://…`` running on one or more machines,
 runs submitted to that database are executed by whichever worker takes them,
-as DBOS workflows (one step per model call or batch of tool calls, so a
-worker's death costs only the step in flight), with:
+as DBOS workflows (each model call or batch of tool calls saved before the
+next, so a worker's death costs only the step in flight), with:
 
 - a **PostgreSQL run store** with the same interface as the SQLite one
   (:class:`PostgresStore`);

@@ -1,17 +1,18 @@
 """Runs as DBOS workflows: one workflow per run attempt, one step per run step.
 
 The workflow ``orchestra.run`` takes a run id and repeats the step
-``orchestra.step`` until the run leaves ``running``. A step hands the run's
-next step (one model call, or the pending tool calls of the last reply) to
-the worker's trio loop (``trio.from_thread.run``) and returns the run's
-status; DBOS checkpoints that return value, so a workflow recovered on
-another worker after its worker died skips the steps that completed and
-re-executes only the one in flight. What a step did is in the run store
-(the run's own checkpoint, saved before the step returns), so the
-re-executed step continues from the saved state: a paid model call is
-never paid again, a tool with a result is never run again, and a write in
-flight is in doubt as after any crash (an idempotent one runs again with the
-same idempotency key).
+``orchestra.step`` until the run leaves ``running``. A step hands the run to
+the worker's trio loop (``trio.from_thread.run``), which claims it and
+executes its steps (one model call, or the pending tool calls of the last
+reply) one after another, each saved in the run store before the next
+begins, and returns the run's status; DBOS checkpoints that return value. A
+workflow recovered on another worker after its worker died re-executes the
+DBOS step in flight, which continues from the run's saved state: a paid
+model call is never paid again, a tool with a result is never run again,
+and a write in flight is in doubt as after any crash (an idempotent one runs
+again with the same idempotency key). The store, not DBOS's step record, is
+what makes a death cost only the run step in flight; one DBOS step per run
+step would add two DBOS transactions and a claim to each.
 
 Workflow ids are ``RUN_ID.ATTEMPT``: queueing a run's current attempt again
 is a no-op (DBOS keeps the first), and a run resumed after an interruption

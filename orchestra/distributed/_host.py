@@ -199,7 +199,9 @@ class OnWorkers:
         """
         state, parent = child.state, child.parent
         assert parent is not None
-        if state.status is Status.INTERRUPTED and state.status.resumable:
+        if state.run_id in parent.state.awaiting and state.status is not Status.RUNNING:
+            parent.state.awaiting.remove(state.run_id)  # its end answers the call as it is
+        elif state.status is Status.INTERRUPTED and state.status.resumable:
             state = await self.runner._reopened(state)
         if state.status is Status.RUNNING:
             await self.runner.queue.enqueue(state.run_id)

@@ -93,6 +93,9 @@ LEDGER_TABLES = (
     # charged at its reservation because its outcome was lost is apart)
     "CREATE UNIQUE INDEX IF NOT EXISTS ledger_spend_one_per_turn"
     " ON ledger_spend (run_id, turn) WHERE NOT lost",
+    # a tree's rows (reconcile), without reading every finished tree's; made by the
+    # store's schema version 5 in a ledger made before it
+    "CREATE INDEX IF NOT EXISTS ledger_root_id ON ledger (root_id)",
 )
 """The ledger's tables (created by :meth:`PostgresLedger.create`)."""
 
@@ -122,9 +125,13 @@ _INSERT_SPEND = """
 
 
 def _ledger_complete(conn: Any) -> bool:
-    """Whether the ledger has its last addition (the one-charge-per-turn index)."""
-    (found,) = conn.execute("SELECT to_regclass('ledger_spend_one_per_turn')").fetchone()
-    return found is not None
+    """Whether the ledger has its last additions (the one-charge-per-turn index,
+    and the index of its rows by tree)."""
+    (complete,) = conn.execute(
+        "SELECT to_regclass('ledger_spend_one_per_turn') IS NOT NULL"
+        " AND to_regclass('ledger_root_id') IS NOT NULL"
+    ).fetchone()
+    return bool(complete)
 
 
 class _Transactions(Protocol):
@@ -304,9 +311,11 @@ class PostgresLedger:
 
     async def settle_lost(self, run: LiveRun) -> Usage | None:
         """Charge a hold left by a call whose outcome was never recorded (its
-        worker died mid-call, or its release gave up), at its reservation.
+        worker died mid-call, or its release gave up), at its reservation; and
+        load the lineage's numbers either way (as :meth:`refresh`), in the same
+        transaction.
 
-        Call it before each step of ``run`` (no call of the run is in flight
+        Call it when ``run`` is taken up (no call of the run is in flight
         then). Returns what was charged (None: no hold was left).
         """
         return await self._in_step(in_thread, self._settle_lost, run)
@@ -318,6 +327,7 @@ class PostgresLedger:
                 (run.state.run_id,),
             ).fetchone()
             if row is None:
+                self._decided(conn, run, lambda: None)  # a refresh: nothing decided
                 return None
             pico, tokens, turns = row
             lost = Usage(model_calls=1, prompt_tokens=tokens, cost_pico=pico)

@@ -42,10 +42,12 @@ __all__ = [
     "hold",
     "in_thread",
     "step_abandoned",
+    "step_done",
     "step_fence",
     "step_superseded",
     "stepping",
     "supersede_step",
+    "until_reachable",
 ]
 
 
@@ -62,13 +64,15 @@ class StepAbandoned(BaseException):
 
 class Step:
     """One step of one run on this worker: ``abandoned`` once the database failed it,
-    ``superseded`` once its claim (``fence``) was taken over; ``scope`` stops it."""
+    ``superseded`` once its claim (``fence``) was taken over; ``scope`` stops it;
+    ``done``: the run steps it completed (a DBOS step may cover several)."""
 
-    __slots__ = ("abandoned", "fence", "scope", "superseded")
+    __slots__ = ("abandoned", "done", "fence", "scope", "superseded")
 
     def __init__(self) -> None:
         self.abandoned = False
         self.superseded = False
+        self.done = 0
         self.fence: Fence | None = None
         self.scope = trio.CancelScope()
 
@@ -104,6 +108,13 @@ def hold(fence: Fence) -> None:
     step = _step.get()
     if step is not None:
         step.fence = fence
+
+
+def step_done() -> None:
+    """The current step completed one run step (saved it); outside a step, nothing to do."""
+    step = _step.get()
+    if step is not None:
+        step.done += 1
 
 
 def step_fence() -> Fence | None:
@@ -178,3 +189,31 @@ async def attempt_in_thread(fn: Callable[..., _T], *args: object) -> _T:
         return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
     except StoreUnreachable as exc:
         raise StepAbandoned(str(exc)) from exc
+
+
+async def until_reachable(
+    fn: Callable[[], _T],
+    *,
+    patience_s: float,
+    poll_s: float,
+    on_away: Callable[[StoreUnreachable], None],
+) -> _T:
+    """``fn()`` in a worker thread, tried again every ``poll_s`` while the
+    database cannot be reached, for up to ``patience_s``; ``on_away`` is told
+    the first failure (once). For a process that starts before its database.
+
+    Raises:
+        StoreUnreachable: the database was still away after ``patience_s``.
+    """
+    deadline = trio.current_time() + patience_s
+    told = False
+    while True:
+        try:
+            return await trio.to_thread.run_sync(fn)
+        except StoreUnreachable as exc:
+            if trio.current_time() + poll_s > deadline:
+                raise
+            if not told:
+                on_away(exc)
+                told = True
+        await trio.sleep(poll_s)

@@ -15,10 +15,12 @@ the steps, the loop runs three small tasks:
   pending workflows again, and any live
   worker takes them up where their store state says they were.
 
-Runs are rebuilt from the store at each step: the state, its ancestors as
-read-only snapshots (their limits bound the run; their spend and
-reservations come from the ledger, locked, at each budget decision), and
-the agent, from the root run's recipe (``orchestra demo``/``run``) or from
+A run taken up (claimed) here executes its steps one after another, each
+saved before the next, until it stops (one DBOS step covers them: see
+:meth:`Worker._steps_of`). Runs are rebuilt from the store at each claim:
+the state, its ancestors as read-only snapshots (their limits bound the
+run; their spend and reservations come from the ledger, locked, at each
+budget decision), and the agent, from the root run's recipe (``orchestra demo``/``run``) or from
 an import reference (``orchestra.distributed.submit(agents="pkg.mod:attr")``).
 """
 
@@ -40,12 +42,16 @@ from .._agent import Agent
 from .._events import EventSink
 from .._exceptions import ConfigError, LeaseLost, StateError, StoreError, StoreUnreachable
 from .._execute import execute, trio_deadline
+from .._model.margin import Margin
 from .._model.provider import OpenAIProvider
+from .._model.retry import RetryPolicy
+from .._model.tokens import encoding
 from .._prices import PriceTable
+from .._recipes.calls import ModelCalls, ProviderOptions
 from .._recipes.recipe import Recipe
 from .._run import LiveRun
-from .._scripted.server import DEMO_API_KEY
 from .._state import RunState, Status
+from .._stores.fence import Fence
 from . import _dbos
 from ._host import WorkerRunner
 from ._ledger import PostgresLedger
@@ -56,13 +62,16 @@ from ._threads import (
     StepAbandoned,
     hold,
     in_thread,
+    step_abandoned,
+    step_done,
     step_fence,
     step_superseded,
     stepping,
     supersede_step,
+    until_reachable,
 )
 
-__all__ = ["AGENTS_KEY", "DEAD_AFTER_S", "Worker", "agent_of_reference"]
+__all__ = ["AGENTS_KEY", "DEAD_AFTER_S", "WAIT_FOR_DB_S", "Worker", "agent_of_reference"]
 
 AGENTS_KEY = "orchestra.agents"
 """Run metadata: the ``module:attribute`` of the root agent (an Agent or a
@@ -76,6 +85,11 @@ PARKED = "parked"
 """What a step returns when its run waits for children executing elsewhere: its
 workflow ends here, holding no slot, and the run is queued again (under its
 next attempt) by the worker that sees its last running child end."""
+
+WAIT_FOR_DB_S = 60.0
+"""How long a starting worker waits for its database by default."""
+DB_POLL_S = 1.0
+"""How often a starting worker tries its database again while it is away."""
 
 EXIT_DECLARED_DEAD = 75
 """A worker's exit status when it finds itself declared dead by its peers."""
@@ -132,6 +146,9 @@ class Worker:
     poll_interval: float = 0.05
     heartbeat_s: float = 1.0
     dead_after_s: float = DEAD_AFTER_S
+    wait_for_db_s: float = WAIT_FOR_DB_S
+    """How long a worker starting while its database is away waits for it
+    (``--wait-for-db``) before it gives up (:class:`StoreUnreachable`)."""
     sink: EventSink | None = None
     on_declared_dead: Callable[[str], None] = attrs.field(factory=lambda: _exit_declared_dead)
     """Called when peers declared this worker dead (default: exit the process, 75)."""
@@ -139,7 +156,7 @@ class Worker:
     _ledger: PostgresLedger | None = attrs.field(default=None, init=False)
     _queue: _dbos.DBOSQueue | None = attrs.field(default=None, init=False)
     _scripted_url: str | None = attrs.field(default=None, init=False)
-    _providers: dict[str | None, OpenAIProvider] = attrs.field(factory=dict, init=False)
+    _providers: dict[ProviderOptions, OpenAIProvider] = attrs.field(factory=dict, init=False)
     _runners: dict[str, WorkerRunner] = attrs.field(factory=dict, init=False)
     _roots: dict[str, tuple[WorkerRunner, Agent]] = attrs.field(factory=dict, init=False)
     _running: dict[str, LiveRun] = attrs.field(factory=dict, init=False)
@@ -152,15 +169,22 @@ class Worker:
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Take runs from the queue until cancelled (then DBOS is stopped).
 
+        A database that cannot be reached at the start is waited for, up to
+        :attr:`wait_for_db_s` (said once on stderr); then
+        :class:`StoreUnreachable` is raised.
+
         Cancellation: the runs executing here are interrupted like any cancel
         (their workflows stay pending in DBOS, so another worker continues them
         once this one's heartbeat is old).
         """
         from .._scripted.server import scripted_server
 
-        self._store = PostgresStore(self.database)
-        self._ledger = PostgresLedger(store=self._store, executor=self.executor_id)
-        await trio.to_thread.run_sync(self._prepare)
+        await until_reachable(
+            self._open,
+            patience_s=self.wait_for_db_s,
+            poll_s=DB_POLL_S,
+            on_away=self._say_away,
+        )
         try:
             async with scripted_server(faults=False) as url, trio.open_nursery() as nursery:
                 # Beating from the moment the row exists: DBOS's migration and
@@ -168,6 +192,9 @@ class Worker:
                 # looks dead. It judges others only once DBOS runs here.
                 nursery.start_soon(self._beat)
                 await trio.to_thread.run_sync(_dbos.migrate, self.database, self._store)
+                # Before "ready": the first step of each run here counts its prompt,
+                # and building the tokenizer takes seconds on a loaded machine.
+                await trio.to_thread.run_sync(encoding)
                 self._queue = _dbos.DBOSQueue(self.database, self._store.attempt)
                 self._scripted_url = url
                 _dbos.serve(self.advance)
@@ -186,6 +213,28 @@ class Worker:
         finally:
             with trio.CancelScope(shield=True):
                 await self._close()
+
+    def _open(self) -> None:
+        """Open the store and ledger; make this worker's tables and row (blocking).
+
+        Raises:
+            StoreUnreachable: the database cannot be reached (nothing is left open).
+        """
+        store = PostgresStore(self.database)
+        try:
+            self._store = store
+            self._ledger = PostgresLedger(store=store, executor=self.executor_id)
+            self._prepare()
+        except BaseException:
+            store.close()
+            raise
+
+    def _say_away(self, exc: StoreUnreachable) -> None:
+        sys.stderr.write(
+            f"worker {self.executor_id}: {exc}; waiting up to {self.wait_for_db_s:g} s "
+            "for it (--wait-for-db)\n"
+        )
+        sys.stderr.flush()
 
     def _prepare(self) -> None:
         assert self._ledger is not None
@@ -218,9 +267,14 @@ class Worker:
         :data:`PARKED` (which ends it too) if the run now waits for children
         executing elsewhere.
 
+        The step executes the run's steps until it stops (see :meth:`_steps_of`).
+        If the database goes away after some of them completed, it returns
+        ``running``: what they did is saved, and the rest is the workflow's next
+        DBOS step, with its own tries.
+
         Raises:
-            StepAbandoned: the database went away during the step (nothing
-                more of it was saved; DBOS tries it again).
+            StepAbandoned: the database went away before any run step of this
+                step completed (nothing more of it was saved; DBOS tries it again).
         """
         status = SUPERSEDED
         with stepping() as step:
@@ -228,10 +282,17 @@ class Worker:
             try:
                 with step.scope:
                     status = await self._step(run_id)
+            except StepAbandoned:
+                if not step.done:
+                    raise
             finally:
                 self._steps.discard(step)
         if step.superseded:
             return SUPERSEDED
+        if step.abandoned and step.done:
+            # The run steps completed here are saved: the rest is a DBOS step of its
+            # own (the workflow's next), with its own tries while the database is away.
+            return Status.RUNNING.value
         if step.abandoned:
             raise StepAbandoned(
                 f"run {run_id}: this worker froze and cannot tell whether it "
@@ -240,30 +301,34 @@ class Worker:
         return status
 
     async def _step(self, run_id: str) -> str:
-        claimed = await in_thread(self._store.claim, run_id, self.executor_id)
-        if claimed is None:  # stopped (maybe in the database), or parked
+        taken = await in_thread(self._take, run_id)
+        if taken is None:  # stopped (maybe in the database), or parked
             saved: RunState = await in_thread(self._store.load, run_id)
             if saved.status is Status.RUNNING:
                 return PARKED
-            await self._wake_parent(saved)
+            # this step's earlier try may have stopped the run and then met an
+            # outage (or its worker died) before the tree's costs were set
+            await self._end_of(saved)
             return saved.status.value
-        state, fence = claimed
+        (state, fence), cancels = taken
         hold(fence)
         try:
             live = await self._live(state)
+            # No call of the run is in flight: any hold is stale. The lineage's
+            # numbers are loaded from the ledger in the same transaction.
+            await self._settle_lost(live)
         except (ConfigError, StateError) as exc:  # cannot be rebuilt here: fails, as data
             return await self._fail(state, f"the worker cannot execute this run: {exc}")
         assert isinstance(live.runner, WorkerRunner)
         first = run_id not in self._taken
         self._taken.add(run_id)
-        await self._settle_lost(live)  # no call of the run is in flight: any hold is stale
-        self._cancels.update(await in_thread(self._store.cancels_of, [state.root_id]))
+        self._cancels.update(cancels)
         reason = self._cancel_of(live)
         if reason is not None:
             live.request_cancel(reason)
         self._running[run_id] = live
         try:
-            await execute(live, one_step=True, announce=first)
+            await self._steps_of(live, announce=first)
         finally:
             del self._running[run_id]
         if step_superseded():
@@ -271,11 +336,46 @@ class Worker:
         if live.state.status is Status.RUNNING:
             return PARKED if live.parked and await self._park(run_id) else Status.RUNNING.value
         self._taken.discard(run_id)
-        if live.state.parent_id is None:
-            assert self._ledger is not None  # the saved tree costs are the ledger's
-            await in_thread(self._ledger.reconcile, run_id)
-        await self._wake_parent(live.state)
+        await self._end_of(live.state)
         return live.state.status.value
+
+    async def _end_of(self, stopped: RunState) -> None:
+        """What follows a run's stop: its tree's costs (see :meth:`_reconcile_after`),
+        then its parent's wake."""
+        await self._reconcile_after(stopped)
+        await self._wake_parent(stopped)
+
+    def _take(self, run_id: str) -> tuple[tuple[RunState, Fence], dict[str, str]] | None:
+        """Claim ``run_id`` (its state and fence) and read its tree's cancel requests;
+        None if it is not running (blocking: one thread hop for both)."""
+        claimed = self._store.claim(run_id, self.executor_id)
+        if claimed is None:
+            return None
+        return claimed, self._store.cancels_of([claimed[0].root_id])
+
+    async def _steps_of(self, live: LiveRun, *, announce: bool) -> None:
+        """Execute the run's steps here, one after another, under the one claim taken
+        for them, until it leaves ``running`` or :meth:`_pauses` says to stop.
+
+        Why one claim and one DBOS step may cover several run steps: every step
+        saves what it did to the run store before the next begins (the reply
+        before its tools run, each tool's result), and the store is what any
+        worker continues from, so a worker that dies here costs the step in
+        flight only, as with a DBOS step per run step. In between, nothing is
+        read back: the live run is the saved state (every save is fenced by the
+        claim: a takeover stops the run at its next save, which is refused),
+        the ledger's numbers are loaded again, locked, by each budget decision,
+        and a cancel reaches the run through the watcher (it is in
+        ``_running`` throughout).
+        """
+        await execute(live, pause=self._pauses, announce=announce)
+
+    def _pauses(self, live: LiveRun) -> bool:
+        """After each run step (counted: see :meth:`advance`): whether the run, still
+        ``running``, stops executing here (saved as it is; its workflow's next
+        step takes it up again)."""
+        step_done()
+        return step_superseded() or step_abandoned()
 
     async def _park(self, run_id: str) -> bool:
         """Park the run (its calls wait for children executing elsewhere) unless
@@ -284,13 +384,10 @@ class Worker:
         Its claim is given up with it: whoever takes it up after its wake
         claims it anew (see :meth:`PostgresStore.park`)."""
         try:
-            parked = await in_thread(self._store.park, run_id, step_fence())
+            return await in_thread(self._store.park, run_id, step_fence())
         except LeaseLost:
             supersede_step()
             return False
-        if parked:
-            self._taken.discard(run_id)
-        return parked
 
     async def _wake_parent(self, state: RunState) -> None:
         """``state``'s run has ended: queue its parent again if it is parked and
@@ -302,16 +399,36 @@ class Worker:
             assert self._queue is not None
             await self._queue.enqueue(state.parent_id)
 
+    async def _reconcile_after(self, stopped: RunState) -> None:
+        """Set the saved tree costs of ``stopped``'s tree to the ledger's if its
+        root has stopped: at the root's stop, and at every later stop of one
+        of its runs (a child on another worker whose last charge landed after
+        the root's reconcile: a cancelled tree, a root out of time).
+
+        Either way round one of the two sees the other: a child saves its stop
+        after its last charge and then reads the root's status; the root saves
+        its stop and then reconciles. Idempotent: a step tried again (the
+        database failed it, or its worker died) makes it again."""
+        if stopped.status is Status.RUNNING:
+            return
+        if stopped.parent_id is not None:
+            root_status: Status = await in_thread(self._store.status, stopped.root_id)
+            if root_status is Status.RUNNING:
+                return
+        assert self._ledger is not None
+        await in_thread(self._ledger.reconcile, stopped.root_id)
+
     async def _fail(self, state: RunState, reason: str) -> str:
         state.status, state.reason = Status.FAILED, reason
         state.updated_at = time.time()
         fence = step_fence()
         await in_thread(lambda: self._store.save(state, fence=fence))
-        await self._wake_parent(state)
+        await self._end_of(state)
         return state.status.value
 
     async def _live(self, state: RunState) -> LiveRun:
-        """The run, live, under snapshots of its ancestors (numbers from the ledger)."""
+        """The run, live, under snapshots of its ancestors (their numbers are loaded
+        from the ledger next, by :meth:`_settle_lost`)."""
         lineage: list[RunState] = []
         parent_id = state.parent_id
         while parent_id is not None:
@@ -323,10 +440,7 @@ class Worker:
         node: LiveRun | None = None
         for ancestor in reversed(lineage):
             node = self._node(ancestor, root_agent, runner, node)
-        live = self._node(state, root_agent, runner, node)
-        assert self._ledger is not None
-        await self._ledger.refresh(live)
-        return live
+        return self._node(state, root_agent, runner, node)
 
     def _node(
         self, state: RunState, root_agent: Agent, runner: WorkerRunner, parent: LiveRun | None
@@ -373,39 +487,48 @@ class Worker:
     def _rebuild(self, root: RunState) -> tuple[WorkerRunner, Agent]:
         reference = root.metadata.get(AGENTS_KEY)
         if reference is not None:
-            agent = agent_of_reference(reference)
-            prices = PriceTable(warn_unknown=self.base_url is not None)
-            return self._runner(self.base_url, prices, self.model_api_key), agent
+            return self._runner(self._submitted_calls()), agent_of_reference(reference)
         recipe = Recipe.of(root)
         if recipe.mcp:
             raise ConfigError("runs with MCP tools are not executed by workers yet")
-        agent = recipe.agent(root.limits)
-        url = None if recipe.scenario is not None else recipe.base_url
-        return self._runner(url, recipe.prices(), self.model_api_key), agent
+        return self._runner(recipe.model_calls()), recipe.agent(root.limits)
 
-    def _runner(self, base_url: str | None, prices: PriceTable, api_key: str) -> WorkerRunner:
-        key = f"{base_url}|{prices!r}"
-        runner = self._runners.get(key)
+    def _submitted_calls(self) -> ModelCalls:
+        """How runs submitted from Python (no recipe) call their model: this
+        worker's ``--base-url`` (else the embedded scripted server)."""
+        return ModelCalls(
+            provider=ProviderOptions(base_url=self.base_url),
+            prices=PriceTable(warn_unknown=self.base_url is not None),
+            retry=RetryPolicy(),
+            margin=Margin(),
+        )
+
+    def _runner(self, calls: ModelCalls) -> WorkerRunner:
+        """The runner of trees whose model calls are made as ``calls`` says (one each)."""
+        runner = self._runners.get(calls.key)
         if runner is None:
             assert self._queue is not None and self._ledger is not None
             runner = WorkerRunner(
-                provider=self._provider(base_url, api_key),
-                prices=prices,
+                provider=self._provider(calls.provider),
+                prices=calls.prices,
+                retry=calls.retry,
+                prompt_margin=calls.margin,
                 store=self._store,
                 sink=self.sink,
                 queue=self._queue,
                 ledger=self._ledger,
                 owner=self.executor_id,
             )
-            self._runners[key] = runner
+            self._runners[calls.key] = runner
         return runner
 
-    def _provider(self, base_url: str | None, api_key: str) -> OpenAIProvider:
-        provider = self._providers.get(base_url)
+    def _provider(self, options: ProviderOptions) -> OpenAIProvider:
+        """The provider built from ``options`` (one per distinct options: equal
+        ones share a connection pool), as the embedded path builds it."""
+        provider = self._providers.get(options)
         if provider is None:
-            url = base_url or self._scripted_url
-            provider = OpenAIProvider(base_url=url, api_key=api_key or DEMO_API_KEY)
-            self._providers[base_url] = provider
+            provider = options.build(scripted_url=self._scripted_url, api_key=self.model_api_key)
+            self._providers[options] = provider
         return provider
 
     # -- watcher, heartbeat, reaper ---------------------------------------------

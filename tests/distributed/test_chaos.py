@@ -3,7 +3,8 @@ database restarts and trees are cancelled; then check every promise.
 
 Seeded (``ORCHESTRA_CHAOS_SEED``, default 27): the trees (idempotent or plain
 writes, 2 or 3 children), which worker each fault hits (one inside a write)
-and when the cancels come are drawn from it. Faults, in a drawn order: two
+and when the cancels come are drawn from it. The first seven trees come at once,
+more than the three workers' six slots. Faults, in a drawn order: two
 SIGKILLs of a worker inside a write, two SIGSTOPs past ``--dead-after``
 then SIGCONT (the worker, declared dead, must stop before touching anything),
 one PostgreSQL restart; three trees are cancelled, one while a worker is
@@ -49,6 +50,11 @@ from orchestra.distributed._worker import EXIT_DECLARED_DEAD, agent_of_reference
 
 SEED = int(os.environ.get("ORCHESTRA_CHAOS_SEED", "27"))
 TREES = 12
+CONCURRENCY = 2
+"""Slots per worker: 3 workers, 6 slots, fewer than the trees of the first burst."""
+BURST = 7
+"""Trees submitted at once before the first fault: more roots than the cluster
+has slots (a parent waiting for its children holds none, so none deadlocks)."""
 SETTLE_S = 180.0
 SLOW_CANCEL_S = (2.0, 10.0)
 """When a cancel still going is looked at (its promise is 1 s)."""
@@ -283,7 +289,10 @@ def test_chaos_keeps_exactly_once_budgets_and_cancel(
         pytest.skip("the server was given by URL alone: set ORCHESTRA_PG_STATE to restart it")
     journal = tmp_path / "journal"
     env = {"ORCHESTRA_TEST_JOURNAL": str(journal), "ORCHESTRA_TEST_SANDBOX": str(sandbox)}
-    with workers(pg_url, tmp_path, 3, env, concurrency=6) as pool, Cluster(pg_url) as cluster:
+    with (
+        workers(pg_url, tmp_path, 3, env, concurrency=CONCURRENCY) as pool,
+        Cluster(pg_url) as cluster,
+    ):
         # a hang (a lock held by a frozen worker, say) fails the test instead of
         # holding CI: every worker is woken and killed, which frees what they held
         fired = threading.Event()
@@ -295,7 +304,7 @@ def test_chaos_keeps_exactly_once_budgets_and_cancel(
         chaos.rng.shuffle(faults)
         for i in range(TREES):
             chaos.submit_tree()
-            if i % 2 == 1 and faults:
+            if i >= BURST - 1 and faults:
                 wait_until(lambda: _open_writes(journal), 60, "a write in flight")
                 _told(faults.pop())()
         for fault in faults:
