@@ -121,7 +121,11 @@ def loop(
         ok, took, summary = run_once(selection, log, timeout_s)
         seconds.append(took)
         mark = "passed" if ok else "FAILED"
-        print(f"[stress] run {i}/{runs}: {mark} in {took:.1f} s — {summary}", flush=True)
+        load = os.getloadavg()[0]
+        print(
+            f"[stress] run {i}/{runs}: {mark} in {took:.1f} s (load {load:.1f}) — {summary}",
+            flush=True,
+        )
         if not ok:
             return passed, seconds, log
         passed += 1
