@@ -247,6 +247,11 @@ def spread_and_spend(cluster: Cluster, explain: Explain) -> dict[str, Any]:
         "ledger": sum(r["cost_pico"] for r in ledger_rows(cluster, root)) / 1e12,
         "worst": max(s.tree.cost_pico / s.limits.budget_pico for s in states),
         "completed": sum(s.status is Status.COMPLETED for s in states),
+        "not completed": [
+            f"{s.run_id} {s.status.value}: {s.reason}"
+            for s in states
+            if s.status is not Status.COMPLETED
+        ],
     }
 
 
@@ -319,6 +324,9 @@ def main() -> int:
     print(f"{'children ran on workers':<44} {tree['workers']:>20}")
     print(f"{'tree spend / ledger sum (USD)':<44} {tree['tree']:>9.6f} / {tree['ledger']:.6f}")
     print(f"{'most spent of a run budget':<44} {tree['worst']:>19.0%}")
+    print(f"{'  runs completed':<44} {tree['completed']:>17}/{runs}")
+    for line in tree["not completed"]:
+        print(f"    {line}"[:80])
     print(f"{'one cancel: ms until all interrupted':<44} {ms:>17.0f} ms")
     print(f"{'  runs interrupted':<44} {interrupted:>17}/{runs}")
     print(f"{'SIGKILL a worker: s until the tree completed':<44} {took:>18.1f} s")

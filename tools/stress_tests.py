@@ -41,6 +41,8 @@ DEFAULT_SELECTION = (
     "tests/cli",
 )
 BUSY_LOOP = "while True: pass"
+INTERRUPT_S = 60.0
+"""How long an interrupted run has to tear its fixtures down before it is killed."""
 
 
 @contextmanager
@@ -70,7 +72,12 @@ def run_once(selection: Sequence[str], log: Path, timeout_s: float) -> tuple[boo
         out.write(f"$ {' '.join(argv)}\n".encode())
         out.flush()
         proc = subprocess.Popen(
-            argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            argv,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_interruptible,
         )
         try:
             code = proc.wait(timeout=timeout_s)
@@ -85,8 +92,20 @@ def run_once(selection: Sequence[str], log: Path, timeout_s: float) -> tuple[boo
     return code == 0, seconds, _summary(log, code)
 
 
+def _interruptible() -> None:
+    """In the pytest child: SIGINT back to its default, so that Python turns it
+    into KeyboardInterrupt (a job a shell started in the background ignores it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """Kill a run's pytest and every process it started (its own process group)."""
+    """Stop a run's pytest: SIGINT, so that its fixtures stop what they started
+    outside its process group (a PostgreSQL cluster), then SIGKILL for every
+    process of its group after :data:`INTERRUPT_S`."""
+    with suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGINT)
+    with suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=INTERRUPT_S)
     with suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -121,7 +140,11 @@ def loop(
         ok, took, summary = run_once(selection, log, timeout_s)
         seconds.append(took)
         mark = "passed" if ok else "FAILED"
-        print(f"[stress] run {i}/{runs}: {mark} in {took:.1f} s — {summary}", flush=True)
+        load = os.getloadavg()[0]
+        print(
+            f"[stress] run {i}/{runs}: {mark} in {took:.1f} s (load {load:.1f}) — {summary}",
+            flush=True,
+        )
         if not ok:
             return passed, seconds, log
         passed += 1
