@@ -16,12 +16,13 @@ the steps, the loop runs three small tasks:
   worker takes them up where their store state says they were.
 
 A run taken up (claimed) here executes its steps one after another, each
-saved before the next, until it stops (one DBOS step covers them: see
-:meth:`Worker._steps_of`). Runs are rebuilt from the store at each claim:
-the state, its ancestors as read-only snapshots (their limits bound the
-run; their spend and reservations come from the ledger, locked, at each
-budget decision), and the agent, from the root run's recipe (``orchestra demo``/``run``) or from
-an import reference (``orchestra.distributed.submit(agents="pkg.mod:attr")``).
+saved before the next, until it stops or parks (one DBOS step covers them:
+see :meth:`Worker._steps_of`). Runs are rebuilt from the store at each
+claim: the state, its ancestors as read-only snapshots (their limits bound
+the run; their spend and reservations come from the ledger, locked, at each
+budget decision), and the agent, from the root run's recipe (``orchestra
+demo``/``run``) or from an import reference
+(``orchestra.distributed.submit(agents="pkg.mod:attr")``).
 """
 
 from __future__ import annotations
