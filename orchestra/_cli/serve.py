@@ -88,6 +88,15 @@ def console_command(port: int, store_path: str | None) -> None:
     metavar="SECONDS",
     help="A worker silent this long is dead: its runs continue on the others.",
 )
+@click.option(
+    "--wait-for-db",
+    "wait_for_db_s",
+    type=Number(max=86400.0),
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="A database away at the start (restarting) is waited for this long.",
+)
 @api_key_option
 def worker_command(
     database: str,
@@ -95,6 +104,7 @@ def worker_command(
     concurrency: int,
     base_url: str | None,
     dead_after_s: float,
+    wait_for_db_s: float,
     api_key: str,
 ) -> None:
     """Execute queued runs from a PostgreSQL database until Ctrl-C (or SIGTERM).
@@ -112,7 +122,7 @@ def worker_command(
         raise CommandError(f"the worker needs {problem}")
     if not is_database(database):
         raise CommandError(f"--store must be a postgresql:// URL, got {database!r}")
-    run_worker(database, executor_id, concurrency, base_url, api_key, dead_after_s)
+    run_worker(database, executor_id, concurrency, base_url, api_key, dead_after_s, wait_for_db_s)
 
 
 @click.group("mcp")

@@ -132,14 +132,15 @@ async def supervise(
             if mcp_tools:
                 names = ", ".join(t.name for t in mcp_tools)
                 print(f"mcp: {names} (from {len(session.recipe.mcp)} server(s))", file=sys.stderr)
+            calls = session.recipe.model_calls()
             runner = Runner(
                 provider=provider,
                 store=session.store,
                 sink=fanout(trace, live, Notices(), _events_out(session)),
                 tracer=session.tracer,
-                prices=session.recipe.prices(),
-                retry=session.recipe.retry(),
-                prompt_margin=session.recipe.money().margin(),
+                prices=calls.prices,
+                retry=calls.retry,
+                prompt_margin=calls.margin,
             )
             started = trio.current_time()
             async with trio.open_nursery() as nursery:

@@ -13,6 +13,7 @@ with faults off: the outage is over.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -29,9 +30,8 @@ from .money import Money
 if TYPE_CHECKING:  # imported where used: `orchestra --help` and `show` need none of them
     from .._agent import Agent, ToolPolicy
     from .._model.provider import OpenAIProvider
-    from .._model.retry import RetryPolicy
-    from .._prices import PriceTable
     from .._tools import Tool
+    from .calls import ModelCalls
 
 __all__ = ["Recipe"]
 
@@ -109,16 +109,6 @@ class Recipe:
             margin_ratio=self.margin_ratio,
             margin_tokens=self.margin_tokens,
         )
-
-    def prices(self) -> PriceTable:
-        """The price table of runs made from this recipe."""
-        return self.money().prices(assumed_is_known=self.scenario is not None)
-
-    def retry(self) -> RetryPolicy:
-        """How model calls of runs made from this recipe are retried."""
-        from .._model.retry import RetryPolicy
-
-        return RetryPolicy(wait_for_server_s=self.wait_for_server_s)
 
     def metadata(self) -> dict[str, str]:
         """The recipe as run metadata (without :attr:`faults`: never saved)."""
@@ -209,33 +199,44 @@ class Recipe:
             budget_note=self.budget_note,
         )
 
-    @asynccontextmanager
-    async def provider(self, api_key: str = "") -> AsyncIterator[OpenAIProvider]:
-        """A provider for this recipe (the embedded scripted server for a demo)."""
-        from .._model.provider import OpenAIProvider
+    def model_calls(self) -> ModelCalls:
+        """How runs made from this recipe call their model: the one value the
+        command line and the workers both build a runner's provider, prices,
+        retries and margin from."""
+        from .._model.retry import RetryPolicy
+        from .calls import ModelCalls, ProviderOptions
 
-        if self.scenario is None:
-            provider = OpenAIProvider(
+        if self.scenario is not None:  # the embedded scripted server, wherever it runs
+            options = ProviderOptions(
+                timeout=DEMO_TIMEOUT_S, provider_name=self.provider_name or SCRIPTED_PROVIDER
+            )
+        else:
+            options = ProviderOptions(
                 base_url=self.base_url,
-                api_key=api_key,
-                recover_tool_calls=self.recover_tool_calls,
                 timeout=self.request_timeout,
+                recover_tool_calls=self.recover_tool_calls,
                 provider_name=self.provider_name,
             )
-            try:
-                yield provider
-            finally:
-                await provider.aclose()
-            return
-        from .._scripted.server import DEMO_API_KEY, scripted_server
+        return ModelCalls(
+            provider=options,
+            prices=self.money().prices(assumed_is_known=self.scenario is not None),
+            retry=RetryPolicy(wait_for_server_s=self.wait_for_server_s),
+            margin=self.money().margin(),
+        )
 
-        async with scripted_server(faults=self.faults) as url:
-            provider = OpenAIProvider(
-                base_url=url,
-                api_key=DEMO_API_KEY,
-                timeout=DEMO_TIMEOUT_S,
-                provider_name=self.provider_name or SCRIPTED_PROVIDER,
-            )
+    @asynccontextmanager
+    async def provider(self, api_key: str = "") -> AsyncIterator[OpenAIProvider]:
+        """A provider for this recipe (the embedded scripted server for a demo,
+        started for the block, playing the scenario's faults unless :attr:`faults`
+        is off), built by :meth:`ProviderOptions.build`."""
+        options = self.model_calls().provider
+        async with contextlib.AsyncExitStack() as stack:
+            url = None
+            if options.base_url is None:
+                from .._scripted.server import scripted_server
+
+                url = await stack.enter_async_context(scripted_server(faults=self.faults))
+            provider = options.build(scripted_url=url, api_key=api_key)
             try:
                 yield provider
             finally:

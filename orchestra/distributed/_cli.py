@@ -53,6 +53,7 @@ def run_worker(
     base_url: str | None,
     api_key: str,
     dead_after_s: float,
+    wait_for_db_s: float,
 ) -> None:
     """Serve as a worker until SIGINT or SIGTERM, then exit at once.
 
@@ -61,6 +62,9 @@ def run_worker(
     than ``dead_after_s`` a live worker has them queued again (a worker
     restarted under the same ``--id`` takes them back at once). Nothing is
     drained: a parent waiting for its children could take hours.
+
+    A database away at the start (a restart) is waited for up to
+    ``wait_for_db_s``.
     """
     from ._pgstore import redacted
     from ._worker import Worker
@@ -69,6 +73,7 @@ def run_worker(
         "database": database,
         "concurrency": concurrency,
         "dead_after_s": dead_after_s,
+        "wait_for_db_s": wait_for_db_s,
         "heartbeat_s": min(1.0, dead_after_s / 4),
     }
     if executor_id:

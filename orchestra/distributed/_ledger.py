@@ -93,6 +93,9 @@ LEDGER_TABLES = (
     # charged at its reservation because its outcome was lost is apart)
     "CREATE UNIQUE INDEX IF NOT EXISTS ledger_spend_one_per_turn"
     " ON ledger_spend (run_id, turn) WHERE NOT lost",
+    # a tree's rows (reconcile), without reading every finished tree's; made by the
+    # store's schema version 5 in a ledger made before it
+    "CREATE INDEX IF NOT EXISTS ledger_root_id ON ledger (root_id)",
 )
 """The ledger's tables (created by :meth:`PostgresLedger.create`)."""
 
@@ -126,9 +129,13 @@ _INSERT_SPEND_ONCE = (
 
 
 def _ledger_complete(conn: Any) -> bool:
-    """Whether the ledger has its last addition (the one-charge-per-turn index)."""
-    (found,) = conn.execute("SELECT to_regclass('ledger_spend_one_per_turn')").fetchone()
-    return found is not None
+    """Whether the ledger has its last additions (the one-charge-per-turn index,
+    and the index of its rows by tree)."""
+    (complete,) = conn.execute(
+        "SELECT to_regclass('ledger_spend_one_per_turn') IS NOT NULL"
+        " AND to_regclass('ledger_root_id') IS NOT NULL"
+    ).fetchone()
+    return bool(complete)
 
 
 class _Transactions(Protocol):

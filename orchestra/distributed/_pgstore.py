@@ -26,11 +26,7 @@ each carry an epoch, increased by every taking (:meth:`PostgresStore.acquire_lea
 :meth:`PostgresStore.claim`, and a stop in the database); a fenced write reads
 the row ``FOR SHARE`` and compares holder and epoch in its own transaction.
 
-Store schema versions: 1 — the tables below without epochs; 2 — leases and
-runs carry an epoch (a version 1 database is migrated in place); 3 — the
-``live_text`` table; 4 — runs can be ``parked`` (waiting for their children,
-holding no worker), indexed by parent. Several
-processes may create or migrate them at once (an advisory lock serialises that).
+Store schema versions: see :mod:`._pgschema`.
 """
 
 from __future__ import annotations
@@ -61,13 +57,12 @@ from .._stores.fence import Fence
 from .._stores.sql import Connection as SQLConnection
 from .._stores.sql import SQLStore
 from .._stores.transcripts import head_json, joined
+from ._pgschema import PG_SCHEMA_VERSION, create_or_migrate
 
 _R = TypeVar("_R")
 
 __all__ = ["PG_SCHEMA_VERSION", "PostgresStore", "redacted"]
 
-PG_SCHEMA_VERSION = 4
-"""Version of the tables' layout (not of the run states inside them)."""
 
 CONNECT_TIMEOUT_S = 10
 """How long opening a connection may take, unless the URL says otherwise."""
@@ -91,79 +86,6 @@ _END_STALLED = """
 
 Connection = psycopg.Connection[TupleRow]
 
-# Ids compare byte by byte ("C"), as in SQLite: the same order everywhere, and
-# a prefix search (``LIKE 'abc%'``) can use the primary key's index.
-_LIVE_TEXT_TABLE = """CREATE TABLE IF NOT EXISTS live_text (
-    run_id TEXT COLLATE "C" PRIMARY KEY,
-    root_id TEXT COLLATE "C" NOT NULL,
-    text TEXT NOT NULL,
-    at DOUBLE PRECISION NOT NULL,
-    tokens BIGINT NOT NULL DEFAULT 0,
-    prompt BIGINT NOT NULL DEFAULT 0,
-    cap BIGINT NOT NULL DEFAULT 0
-)"""
-"""What each run is streaming now (see :class:`~orchestra._stores.contract.LiveText`)."""
-
-_PARKING = (
-    "ALTER TABLE runs ADD COLUMN IF NOT EXISTS parked BOOLEAN NOT NULL DEFAULT false",
-    "CREATE INDEX IF NOT EXISTS runs_parent_id ON runs (parent_id)",
-    "CREATE INDEX IF NOT EXISTS runs_parked ON runs (run_id) WHERE parked",
-)
-"""A run waiting for its children holds no worker: it is *parked* (see
-:meth:`PostgresStore.park`); its children are found by ``parent_id``."""
-
-_TABLES = (
-    """CREATE TABLE runs (
-        run_id TEXT COLLATE "C" PRIMARY KEY,
-        root_id TEXT COLLATE "C" NOT NULL,
-        parent_id TEXT COLLATE "C",
-        agent TEXT NOT NULL,
-        status TEXT NOT NULL,
-        created_at DOUBLE PRECISION NOT NULL,
-        updated_at DOUBLE PRECISION NOT NULL,
-        state TEXT NOT NULL,
-        messages INTEGER NOT NULL DEFAULT 0,
-        executor TEXT,
-        attempt INTEGER NOT NULL DEFAULT 0,
-        epoch BIGINT NOT NULL DEFAULT 0,
-        parked BOOLEAN NOT NULL DEFAULT false
-    )""",
-    "CREATE INDEX runs_root_id ON runs (root_id)",
-    *_PARKING[1:],
-    "CREATE INDEX runs_updated_at ON runs (updated_at)",
-    """CREATE TABLE messages (
-        run_id TEXT COLLATE "C" NOT NULL,
-        idx INTEGER NOT NULL,
-        data TEXT NOT NULL,
-        PRIMARY KEY (run_id, idx)
-    )""",
-    """CREATE TABLE events (
-        seq BIGSERIAL PRIMARY KEY,
-        run_id TEXT COLLATE "C" NOT NULL,
-        root_id TEXT COLLATE "C" NOT NULL,
-        type TEXT NOT NULL,
-        at DOUBLE PRECISION NOT NULL,
-        data TEXT NOT NULL
-    )""",
-    "CREATE INDEX events_run_id ON events (run_id, seq)",
-    "CREATE INDEX events_root_id ON events (root_id, seq)",
-    """CREATE TABLE cancels (
-        run_id TEXT COLLATE "C" PRIMARY KEY,
-        root_id TEXT COLLATE "C" NOT NULL,
-        reason TEXT NOT NULL,
-        requested_at DOUBLE PRECISION NOT NULL
-    )""",
-    "CREATE INDEX cancels_root_id ON cancels (root_id)",
-    """CREATE TABLE leases (
-        root_id TEXT COLLATE "C" PRIMARY KEY,
-        owner TEXT NOT NULL,
-        expires_at DOUBLE PRECISION NOT NULL,
-        epoch BIGINT NOT NULL DEFAULT 0
-    )""",
-    _LIVE_TEXT_TABLE,
-    "CREATE TABLE orchestra_schema (version INTEGER NOT NULL)",
-)
-
 _SELECT_STATES = """
     SELECT r.run_id, r.state, ARRAY(
         SELECT m.data FROM messages m
@@ -177,13 +99,6 @@ _STOP_HEAD = """
     WHERE run_id = %s
 """
 """A run stopped in the database: whoever executed it is fenced out."""
-
-_MIGRATE_FROM_1 = (
-    "ALTER TABLE runs ADD COLUMN IF NOT EXISTS epoch BIGINT NOT NULL DEFAULT 0",
-    "ALTER TABLE leases ADD COLUMN IF NOT EXISTS epoch BIGINT NOT NULL DEFAULT 0",
-)
-_MIGRATE_FROM_2 = (_LIVE_TEXT_TABLE,)
-_MIGRATE_FROM_3 = _PARKING
 
 _LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 """Wait for (then hold until the transaction ends) the advisory lock named by a string."""
@@ -467,9 +382,8 @@ class PostgresStore(SQLStore):
         id, attempt)."""
         rows = self._read(
             "find runs that stopped moving",
-            "SELECT run_id, attempt FROM runs WHERE status = %s AND updated_at < %s"
-            " AND NOT parked ORDER BY run_id",
-            Status.RUNNING.value,
+            f"SELECT run_id, attempt FROM runs WHERE status = '{Status.RUNNING.value}'"
+            " AND updated_at < %s AND NOT parked ORDER BY run_id",
             before,
         )
         return [(str(run_id), int(attempt)) for run_id, attempt in rows]
@@ -732,29 +646,7 @@ class PostgresStore(SQLStore):
     def _create_schema(self) -> None:
         with self._transaction("create the schema") as conn:
             conn.execute(_LOCK, ("orchestra schema",))
-            (exists,) = _one(conn.execute("SELECT to_regclass('orchestra_schema') IS NOT NULL"))
-            if not exists:
-                for statement in _TABLES:
-                    conn.execute(statement)
-                conn.execute("INSERT INTO orchestra_schema VALUES (%s)", (PG_SCHEMA_VERSION,))
-                return
-            found = [v for (v,) in conn.execute("SELECT version FROM orchestra_schema")]
-            if found in ([1], [2], [3]):
-                steps = (
-                    *(_MIGRATE_FROM_1 if found == [1] else ()),
-                    *(_MIGRATE_FROM_2 if found in ([1], [2]) else ()),
-                    *_MIGRATE_FROM_3,
-                )
-                for statement in steps:
-                    conn.execute(statement)
-                conn.execute("UPDATE orchestra_schema SET version = %s", (PG_SCHEMA_VERSION,))
-                found = [PG_SCHEMA_VERSION]
-        if found != [PG_SCHEMA_VERSION]:
-            shown = found[0] if len(found) == 1 else found
-            raise StateError(
-                f"{self._url} has store schema version {shown!r}; this Orchestra "
-                f"reads version {PG_SCHEMA_VERSION} only (upgrade Orchestra)"
-            )
+            create_or_migrate(conn, self._url)
 
 
 def _where(url: str, shown: str) -> str:

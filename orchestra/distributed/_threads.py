@@ -47,6 +47,7 @@ __all__ = [
     "step_superseded",
     "stepping",
     "supersede_step",
+    "until_reachable",
 ]
 
 
@@ -189,3 +190,31 @@ async def attempt_in_thread(fn: Callable[..., _T], *args: object) -> _T:
         return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
     except StoreUnreachable as exc:
         raise StepAbandoned(str(exc)) from exc
+
+
+async def until_reachable(
+    fn: Callable[[], _T],
+    *,
+    patience_s: float,
+    poll_s: float,
+    on_away: Callable[[StoreUnreachable], None],
+) -> _T:
+    """``fn()`` in a worker thread, tried again every ``poll_s`` while the
+    database cannot be reached, for up to ``patience_s``; ``on_away`` is told
+    the first failure (once). For a process that starts before its database.
+
+    Raises:
+        StoreUnreachable: the database was still away after ``patience_s``.
+    """
+    deadline = trio.current_time() + patience_s
+    told = False
+    while True:
+        try:
+            return await trio.to_thread.run_sync(fn)
+        except StoreUnreachable as exc:
+            if trio.current_time() + poll_s > deadline:
+                raise
+            if not told:
+                on_away(exc)
+                told = True
+        await trio.sleep(poll_s)

@@ -43,11 +43,14 @@ from .._agent import Agent
 from .._events import EventSink
 from .._exceptions import ConfigError, LeaseLost, StateError, StoreError, StoreUnreachable
 from .._execute import execute, trio_deadline
+from .._model.margin import Margin
 from .._model.provider import OpenAIProvider
+from .._model.retry import RetryPolicy
+from .._model.tokens import encoding
 from .._prices import PriceTable
+from .._recipes.calls import ModelCalls, ProviderOptions
 from .._recipes.recipe import Recipe
 from .._run import LiveRun
-from .._scripted.server import DEMO_API_KEY
 from .._state import RunState, Status
 from .._stores.fence import Fence
 from . import _dbos
@@ -64,9 +67,10 @@ from ._threads import (
     step_superseded,
     stepping,
     supersede_step,
+    until_reachable,
 )
 
-__all__ = ["AGENTS_KEY", "DEAD_AFTER_S", "Worker", "agent_of_reference"]
+__all__ = ["AGENTS_KEY", "DEAD_AFTER_S", "WAIT_FOR_DB_S", "Worker", "agent_of_reference"]
 
 AGENTS_KEY = "orchestra.agents"
 """Run metadata: the ``module:attribute`` of the root agent (an Agent or a
@@ -80,6 +84,11 @@ PARKED = "parked"
 """What a step returns when its run waits for children executing elsewhere: its
 workflow ends here, holding no slot, and the run is queued again (under its
 next attempt) by the worker that sees its last running child end."""
+
+WAIT_FOR_DB_S = 60.0
+"""How long a starting worker waits for its database by default."""
+DB_POLL_S = 1.0
+"""How often a starting worker tries its database again while it is away."""
 
 EXIT_DECLARED_DEAD = 75
 """A worker's exit status when it finds itself declared dead by its peers."""
@@ -136,6 +145,9 @@ class Worker:
     poll_interval: float = 0.05
     heartbeat_s: float = 1.0
     dead_after_s: float = DEAD_AFTER_S
+    wait_for_db_s: float = WAIT_FOR_DB_S
+    """How long a worker starting while its database is away waits for it
+    (``--wait-for-db``) before it gives up (:class:`StoreUnreachable`)."""
     sink: EventSink | None = None
     on_declared_dead: Callable[[str], None] = attrs.field(factory=lambda: _exit_declared_dead)
     """Called when peers declared this worker dead (default: exit the process, 75)."""
@@ -143,7 +155,7 @@ class Worker:
     _ledger: PostgresLedger | None = attrs.field(default=None, init=False)
     _queue: _dbos.DBOSQueue | None = attrs.field(default=None, init=False)
     _scripted_url: str | None = attrs.field(default=None, init=False)
-    _providers: dict[str | None, OpenAIProvider] = attrs.field(factory=dict, init=False)
+    _providers: dict[ProviderOptions, OpenAIProvider] = attrs.field(factory=dict, init=False)
     _runners: dict[str, WorkerRunner] = attrs.field(factory=dict, init=False)
     _roots: dict[str, tuple[WorkerRunner, Agent]] = attrs.field(factory=dict, init=False)
     _running: dict[str, LiveRun] = attrs.field(factory=dict, init=False)
@@ -156,15 +168,22 @@ class Worker:
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Take runs from the queue until cancelled (then DBOS is stopped).
 
+        A database that cannot be reached at the start is waited for, up to
+        :attr:`wait_for_db_s` (said once on stderr); then
+        :class:`StoreUnreachable` is raised.
+
         Cancellation: the runs executing here are interrupted like any cancel
         (their workflows stay pending in DBOS, so another worker continues them
         once this one's heartbeat is old).
         """
         from .._scripted.server import scripted_server
 
-        self._store = PostgresStore(self.database)
-        self._ledger = PostgresLedger(store=self._store, executor=self.executor_id)
-        await trio.to_thread.run_sync(self._prepare)
+        await until_reachable(
+            self._open,
+            patience_s=self.wait_for_db_s,
+            poll_s=DB_POLL_S,
+            on_away=self._say_away,
+        )
         try:
             async with scripted_server(faults=False) as url, trio.open_nursery() as nursery:
                 # Beating from the moment the row exists: DBOS's migration and
@@ -172,6 +191,9 @@ class Worker:
                 # looks dead. It judges others only once DBOS runs here.
                 nursery.start_soon(self._beat)
                 await trio.to_thread.run_sync(_dbos.migrate, self.database, self._store)
+                # Before "ready": the first step of each run here counts its prompt,
+                # and building the tokenizer takes seconds on a loaded machine.
+                await trio.to_thread.run_sync(encoding)
                 self._queue = _dbos.DBOSQueue(self.database, self._store.attempt)
                 self._scripted_url = url
                 _dbos.serve(self.advance)
@@ -190,6 +212,28 @@ class Worker:
         finally:
             with trio.CancelScope(shield=True):
                 await self._close()
+
+    def _open(self) -> None:
+        """Open the store and ledger; make this worker's tables and row (blocking).
+
+        Raises:
+            StoreUnreachable: the database cannot be reached (nothing is left open).
+        """
+        store = PostgresStore(self.database)
+        try:
+            self._store = store
+            self._ledger = PostgresLedger(store=store, executor=self.executor_id)
+            self._prepare()
+        except BaseException:
+            store.close()
+            raise
+
+    def _say_away(self, exc: StoreUnreachable) -> None:
+        sys.stderr.write(
+            f"worker {self.executor_id}: {exc}; waiting up to {self.wait_for_db_s:g} s "
+            "for it (--wait-for-db)\n"
+        )
+        sys.stderr.flush()
 
     def _prepare(self) -> None:
         assert self._ledger is not None
@@ -261,7 +305,9 @@ class Worker:
             saved: RunState = await in_thread(self._store.load, run_id)
             if saved.status is Status.RUNNING:
                 return PARKED
-            await self._wake_parent(saved)
+            # this step's earlier try may have stopped the run and then met an
+            # outage (or its worker died) before the tree's costs were set
+            await self._end_of(saved)
             return saved.status.value
         (state, fence), cancels = taken
         hold(fence)
@@ -289,11 +335,14 @@ class Worker:
         if live.state.status is Status.RUNNING:
             return PARKED if live.parked and await self._park(run_id) else Status.RUNNING.value
         self._taken.discard(run_id)
-        if live.state.parent_id is None:
-            assert self._ledger is not None  # the saved tree costs are the ledger's
-            await in_thread(self._ledger.reconcile, run_id)
-        await self._wake_parent(live.state)
+        await self._end_of(live.state)
         return live.state.status.value
+
+    async def _end_of(self, stopped: RunState) -> None:
+        """What follows a run's stop: its tree's costs (see :meth:`_reconcile_after`),
+        then its parent's wake."""
+        await self._reconcile_after(stopped)
+        await self._wake_parent(stopped)
 
     def _take(self, run_id: str) -> tuple[tuple[RunState, Fence], dict[str, str]] | None:
         """Claim ``run_id`` (its state and fence) and read its tree's cancel requests;
@@ -342,12 +391,31 @@ class Worker:
             assert self._queue is not None
             await self._queue.enqueue(state.parent_id)
 
+    async def _reconcile_after(self, stopped: RunState) -> None:
+        """Set the saved tree costs of ``stopped``'s tree to the ledger's if its
+        root has stopped: at the root's stop, and at every later stop of one
+        of its runs (a child on another worker whose last charge landed after
+        the root's reconcile: a cancelled tree, a root out of time).
+
+        Either way round one of the two sees the other: a child saves its stop
+        after its last charge and then reads the root's status; the root saves
+        its stop and then reconciles. Idempotent: a step tried again (the
+        database failed it, or its worker died) makes it again."""
+        if stopped.status is Status.RUNNING:
+            return
+        if stopped.parent_id is not None:
+            root_status: Status = await in_thread(self._store.status, stopped.root_id)
+            if root_status is Status.RUNNING:
+                return
+        assert self._ledger is not None
+        await in_thread(self._ledger.reconcile, stopped.root_id)
+
     async def _fail(self, state: RunState, reason: str) -> str:
         state.status, state.reason = Status.FAILED, reason
         state.updated_at = time.time()
         fence = step_fence()
         await in_thread(lambda: self._store.save(state, fence=fence))
-        await self._wake_parent(state)
+        await self._end_of(state)
         return state.status.value
 
     async def _live(self, state: RunState) -> LiveRun:
@@ -411,39 +479,48 @@ class Worker:
     def _rebuild(self, root: RunState) -> tuple[WorkerRunner, Agent]:
         reference = root.metadata.get(AGENTS_KEY)
         if reference is not None:
-            agent = agent_of_reference(reference)
-            prices = PriceTable(warn_unknown=self.base_url is not None)
-            return self._runner(self.base_url, prices, self.model_api_key), agent
+            return self._runner(self._submitted_calls()), agent_of_reference(reference)
         recipe = Recipe.of(root)
         if recipe.mcp:
             raise ConfigError("runs with MCP tools are not executed by workers yet")
-        agent = recipe.agent(root.limits)
-        url = None if recipe.scenario is not None else recipe.base_url
-        return self._runner(url, recipe.prices(), self.model_api_key), agent
+        return self._runner(recipe.model_calls()), recipe.agent(root.limits)
 
-    def _runner(self, base_url: str | None, prices: PriceTable, api_key: str) -> WorkerRunner:
-        key = f"{base_url}|{prices!r}"
-        runner = self._runners.get(key)
+    def _submitted_calls(self) -> ModelCalls:
+        """How runs submitted from Python (no recipe) call their model: this
+        worker's ``--base-url`` (else the embedded scripted server)."""
+        return ModelCalls(
+            provider=ProviderOptions(base_url=self.base_url),
+            prices=PriceTable(warn_unknown=self.base_url is not None),
+            retry=RetryPolicy(),
+            margin=Margin(),
+        )
+
+    def _runner(self, calls: ModelCalls) -> WorkerRunner:
+        """The runner of trees whose model calls are made as ``calls`` says (one each)."""
+        runner = self._runners.get(calls.key)
         if runner is None:
             assert self._queue is not None and self._ledger is not None
             runner = WorkerRunner(
-                provider=self._provider(base_url, api_key),
-                prices=prices,
+                provider=self._provider(calls.provider),
+                prices=calls.prices,
+                retry=calls.retry,
+                prompt_margin=calls.margin,
                 store=self._store,
                 sink=self.sink,
                 queue=self._queue,
                 ledger=self._ledger,
                 owner=self.executor_id,
             )
-            self._runners[key] = runner
+            self._runners[calls.key] = runner
         return runner
 
-    def _provider(self, base_url: str | None, api_key: str) -> OpenAIProvider:
-        provider = self._providers.get(base_url)
+    def _provider(self, options: ProviderOptions) -> OpenAIProvider:
+        """The provider built from ``options`` (one per distinct options: equal
+        ones share a connection pool), as the embedded path builds it."""
+        provider = self._providers.get(options)
         if provider is None:
-            url = base_url or self._scripted_url
-            provider = OpenAIProvider(base_url=url, api_key=api_key or DEMO_API_KEY)
-            self._providers[base_url] = provider
+            provider = options.build(scripted_url=self._scripted_url, api_key=self.model_api_key)
+            self._providers[options] = provider
         return provider
 
     # -- watcher, heartbeat, reaper ---------------------------------------------

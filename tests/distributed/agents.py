@@ -39,9 +39,20 @@ async def scan_archive(query: str, ctx: ToolContext, seconds: float = 3.0) -> st
     if await journal.exists() and key in (await journal.read_text()).split():
         return f"Journaled {query!r} already."
     await trio.sleep(seconds)
+    await _held_at_gate()
     async with await journal.open("a") as f:
         await f.write(f"{key}\n")
     return f"Scanned for {query!r}: 1 match in errors.log; journaled."
+
+
+async def _held_at_gate() -> None:
+    """Wait while the file ``$ORCHESTRA_TEST_GATE`` names exists: a test that must
+    see every write in flight at once holds them there, however slowly a loaded
+    machine starts them, and lets them go by removing it."""
+    gate = os.environ.get("ORCHESTRA_TEST_GATE")
+    # Another process opens it: no trio.Event can cross that boundary, so poll.
+    while gate and await trio.Path(gate).exists():  # noqa: ASYNC110
+        await trio.sleep(0.05)
 
 
 def journal_tree() -> Agent:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,7 @@ TREE_S = 90.0
 @pytest.fixture
 def env(tmp_path: Path, sandbox: Path) -> dict[str, str]:
     return {
+        "ORCHESTRA_TEST_GATE": str(tmp_path / "gate"),
         "ORCHESTRA_TEST_JOURNAL": str(tmp_path / "journal"),
         "ORCHESTRA_TEST_SANDBOX": str(sandbox),
     }
@@ -51,9 +53,13 @@ def _children(cluster: Cluster, root_id: str) -> list:
 JOURNAL_TREE = "tests.distributed.agents:journal_tree"
 
 
-def _six_children_writing(cluster: Cluster) -> str:
+@contextmanager
+def _six_children_writing(cluster: Cluster, gate: Path) -> Iterator[str]:
     """Submit the journal tree with six children; its root id once each child is
-    inside its 3 s write (its first model call made)."""
+    inside its write (its first model call made), held there (``gate``) until
+    the block ends: on a loaded machine the first child could otherwise end
+    its 3 s write before the last one starts."""
+    gate.touch()
     agent = agent_of_reference(JOURNAL_TREE)
     task = "Scan the archives, children=6."
     root = submit(cluster, agent, task, metadata={AGENTS_KEY: JOURNAL_TREE})
@@ -62,8 +68,11 @@ def _six_children_writing(cluster: Cluster) -> str:
         kids = _children(cluster, root)
         return len(kids) == 6 and all(k.turns == 1 for k in kids)
 
-    wait_until(writing, TREE_S, "six children inside their 3 s writes")
-    return root
+    try:
+        wait_until(writing, TREE_S, "six children inside their writes")
+        yield root
+    finally:
+        gate.unlink()
 
 
 def _assert_each_write_once(journal: Path) -> None:
@@ -146,13 +155,13 @@ def test_a_stopped_workers_runs_complete_elsewhere_with_each_write_once(
     pg_url: str, tmp_path: Path, env: dict[str, str], how: signal.Signals
 ) -> None:
     with workers(pg_url, tmp_path, 3, env) as pool, Cluster(pg_url) as cluster:
-        root = _six_children_writing(cluster)
-        time.sleep(1.0)
-        ran_on = executors(cluster, root)
-        victim = Counter(ran_on[k.run_id] for k in _children(cluster, root)).most_common(1)[0][0]
-        assert victim is not None
-        killed = {k.run_id for k in _children(cluster, root) if ran_on[k.run_id] == victim}
-        pool.kill(victim, how)
+        with _six_children_writing(cluster, tmp_path / "gate") as root:
+            ran_on = executors(cluster, root)
+            kids = _children(cluster, root)
+            victim = Counter(ran_on[k.run_id] for k in kids).most_common(1)[0][0]
+            assert victim is not None
+            killed = {k.run_id for k in kids if ran_on[k.run_id] == victim}
+            pool.kill(victim, how)
         wait_until(lambda: finished(cluster, root), TREE_S, "the tree after the kill")
         states = cluster.store.tree(root)
         after = executors(cluster, root)
@@ -231,10 +240,10 @@ def test_a_database_restart_mid_tree_loses_nothing(
     if state is None:
         pytest.skip("the server was given by URL alone: set ORCHESTRA_PG_STATE to restart it")
     with workers(pg_url, tmp_path, 3, env) as pool, Cluster(pg_url) as cluster:
-        root = _six_children_writing(cluster)
-        for command in ("stop", "start"):  # every connection drops; the port stays
-            done = postgres_tool(command, "--dir", state)
-            assert done.returncode == 0, done.stderr
+        with _six_children_writing(cluster, tmp_path / "gate") as root:
+            for command in ("stop", "start"):  # every connection drops; the port stays
+                done = postgres_tool(command, "--dir", state)
+                assert done.returncode == 0, done.stderr
         wait_until(lambda: _quietly(finished, cluster, root), TREE_S, "the tree after the restart")
         states = cluster.store.tree(root)
         spent = sum(row["cost_pico"] for row in ledger_rows(cluster, root))

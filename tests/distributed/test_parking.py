@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import psycopg
 import pytest
 from distributed_support import wait_until, workers
 from test_pgstore import make_state, query
@@ -20,6 +21,7 @@ from orchestra import Limits, Status
 from orchestra._exceptions import LeaseLost
 from orchestra._recipes.recipe import Recipe
 from orchestra.distributed import Cluster, PostgresStore, submit
+from orchestra.distributed._pgstore import PG_SCHEMA_VERSION
 
 BURST_S = 180.0
 """Generous: a loaded 2-core machine runs these trees in a few seconds each;
@@ -124,3 +126,18 @@ def test_a_burst_larger_than_the_slots_completes(
             return _statuses(pg_url) == Counter(completed=4 * trees)
 
         wait_until(settled, BURST_S, f"{4 * trees} runs completed (now {_statuses(pg_url)})")
+
+
+def test_a_version_3_database_gets_parking(pg_url: str) -> None:
+    with PostgresStore(pg_url) as store:
+        store.save(make_state("p"))
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("DROP INDEX runs_parent_id, runs_parked")
+        conn.execute("ALTER TABLE runs DROP COLUMN parked")
+        conn.execute("UPDATE orchestra_schema SET version = 3")
+    with PostgresStore(pg_url) as store:
+        assert not store.parked("p")
+        store.save(make_state("c", "p", parent_id="p"))
+        claimed = store.claim("p", "w1")
+        assert claimed is not None and store.park("p", claimed[1])
+    assert query(pg_url, "SELECT version FROM orchestra_schema") == [(PG_SCHEMA_VERSION,)]

@@ -32,7 +32,7 @@ from orchestra._stores.memory import Store
 from orchestra._stores.serde import state_to_dict
 from orchestra._stores.sqlite import SQLiteStore
 from orchestra.distributed import _pgstore
-from orchestra.distributed._pgstore import PostgresStore, redacted
+from orchestra.distributed._pgstore import PG_SCHEMA_VERSION, PostgresStore, redacted
 
 AnyStore = SQLiteStore | PostgresStore
 
@@ -145,13 +145,14 @@ def test_processes_starting_at_once_create_the_schema_once(pg_url: str) -> None:
         for s in opened:
             if isinstance(s, PostgresStore):
                 s.close()
-    assert query(pg_url, "SELECT version FROM orchestra_schema") == [(4,)]
+    assert query(pg_url, "SELECT version FROM orchestra_schema") == [(PG_SCHEMA_VERSION,)]
 
 
 def test_unknown_store_schema_version_refused(pg_url: str) -> None:
     PostgresStore(pg_url).close()
     query(pg_url, "UPDATE orchestra_schema SET version = 99 RETURNING version")
-    with pytest.raises(StateError, match="store schema version 99; this Orchestra reads version 4"):
+    refused = f"store schema version 99; this Orchestra reads version {PG_SCHEMA_VERSION}"
+    with pytest.raises(StateError, match=refused):
         PostgresStore(pg_url)
 
 
@@ -166,7 +167,7 @@ def test_a_version_1_database_is_migrated_to_epochs(pg_url: str) -> None:
         claimed = store.claim("r1", "w1")
         assert claimed is not None and claimed[1].epoch == 1
         assert store.acquire_lease("r1", "me").epoch == 1
-    assert query(pg_url, "SELECT version FROM orchestra_schema") == [(4,)]
+    assert query(pg_url, "SELECT version FROM orchestra_schema") == [(PG_SCHEMA_VERSION,)]
 
 
 def test_a_version_2_database_gets_the_live_text_table(pg_url: str) -> None:
@@ -178,7 +179,38 @@ def test_a_version_2_database_gets_the_live_text_table(pg_url: str) -> None:
     with PostgresStore(pg_url) as store:
         store.put_live_text("r1", "r1", LiveStream(text="so far", tokens=2))
         assert store.live_texts("r1") == {"r1": "so far"}
-    assert query(pg_url, "SELECT version FROM orchestra_schema") == [(4,)]
+    assert query(pg_url, "SELECT version FROM orchestra_schema") == [(PG_SCHEMA_VERSION,)]
+
+
+def _indexes(url: str) -> set[str]:
+    return {name for (name,) in query(url, "SELECT indexname FROM pg_indexes")}
+
+
+def test_a_version_3_database_gets_the_indexes_of_the_workers_queries(pg_url: str) -> None:
+    from orchestra.distributed import PostgresLedger
+
+    with PostgresStore(pg_url) as store:
+        PostgresLedger(store=store, executor="w1").create()
+    with raw(pg_url) as conn:
+        conn.execute("DROP INDEX runs_running")
+        conn.execute("DROP INDEX ledger_root_id")
+        conn.execute("UPDATE orchestra_schema SET version = 3")
+    assert not {"runs_running", "ledger_root_id"} & _indexes(pg_url)
+    PostgresStore(pg_url).close()
+    assert {"runs_running", "ledger_root_id"} <= _indexes(pg_url)
+    assert query(pg_url, "SELECT version FROM orchestra_schema") == [(PG_SCHEMA_VERSION,)]
+
+
+def test_a_version_3_database_without_a_ledger_gets_it_with_its_index(pg_url: str) -> None:
+    from orchestra.distributed import PostgresLedger
+
+    PostgresStore(pg_url).close()
+    with raw(pg_url) as conn:
+        conn.execute("UPDATE orchestra_schema SET version = 3")
+    with PostgresStore(pg_url) as store:
+        assert "ledger_root_id" not in _indexes(pg_url)
+        PostgresLedger(store=store, executor="w1").create()
+    assert "ledger_root_id" in _indexes(pg_url)
 
 
 def test_unreachable_server_is_a_clear_store_error() -> None:

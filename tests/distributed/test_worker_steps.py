@@ -21,7 +21,8 @@ from orchestra._execute import new_state
 from orchestra._model.provider import ChatReply, ChatRequest
 from orchestra._prices import PriceTable
 from orchestra._run import LiveRun
-from orchestra._state import RunState
+from orchestra._state import RunState, Usage
+from orchestra._stores.serde import state_from_dict, state_to_dict
 from orchestra.distributed import PostgresLedger, PostgresStore
 from orchestra.distributed._host import WorkerRunner
 from orchestra.distributed._threads import StepAbandoned
@@ -213,6 +214,65 @@ async def test_a_step_whose_claim_was_taken_over_saves_and_charges_nothing(
 
 def executor_of(store: PostgresStore, run_id: str) -> str | None:
     return store.executor(run_id)
+
+
+def _tree_cost(store: PostgresStore, root_id: str) -> int:
+    return store.load(root_id).tree.cost_pico
+
+
+async def test_a_childs_charge_after_its_root_stopped_reaches_the_roots_tree_cost(
+    store: PostgresStore, ledger: PostgresLedger
+) -> None:
+    """The root stops first (as a cancelled tree's, or one out of time, may)
+    and reconciles; its child, on another worker, is charged after that and
+    then stops: the root's saved tree cost is still the ledger's."""
+    root, (kid,) = _tree(store, ledger, "part a")
+    assert await _worker(store, ledger, root, _Gated()).advance(root.run_id) == "completed"
+    assert _tree_cost(store, root.run_id) == ledger.spent(root.run_id).cost_pico > 0
+    other = _worker(store, ledger, root, _Gated(), executor="w2")
+    assert await other.advance(kid.run_id) == "completed"
+    assert _tree_cost(store, root.run_id) == ledger.spent(root.run_id).cost_pico
+    assert ledger.spent(root.run_id).model_calls == 2
+
+
+async def test_a_reconcile_the_database_failed_is_made_when_the_step_is_tried_again(
+    store: PostgresStore, ledger: PostgresLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The root saves its stop, then the database goes away before the tree's
+    costs are set to the ledger's (which a child charged meanwhile): the step
+    is abandoned, and its next try (the run no longer claimable) sets them."""
+    root, (kid,) = _tree(store, ledger, "part a")
+    worker = _worker(store, ledger, root, _Gated())
+    real = PostgresLedger.reconcile
+    away = iter([True])
+
+    def reconcile(self: PostgresLedger, root_id: str) -> list[str]:
+        if next(away, False):
+            raise StoreUnreachable("cannot reach PostgreSQL (test)")
+        return real(self, root_id)
+
+    monkeypatch.setattr(PostgresLedger, "reconcile", reconcile)
+    # the run step completed and was saved: the outage after it ends this DBOS
+    # step as "running", and the workflow's next step, with tries of its own, ends it
+    assert await worker.advance(root.run_id) == "running"
+    assert store.load(root.run_id).status is Status.COMPLETED  # saved before the outage
+    await _charge_elsewhere(ledger, root, kid)
+    assert _tree_cost(store, root.run_id) < ledger.spent(root.run_id).cost_pico
+    assert await worker.advance(root.run_id) == "completed"  # the workflow's next step
+    assert _tree_cost(store, root.run_id) == ledger.spent(root.run_id).cost_pico
+
+
+async def _charge_elsewhere(ledger: PostgresLedger, root: RunState, kid: RunState) -> None:
+    """A charge of ``kid``'s, as its worker's ledger decision makes it (no save)."""
+    runner = Runner(provider=FakeProvider(DONE))
+    parent = LiveRun(state=_copy(root), agent=AGENT, runner=runner)
+    run = LiveRun(state=_copy(kid), agent=AGENT, runner=runner, parent=parent)
+    spent = Usage(model_calls=1, prompt_tokens=100, completion_tokens=10, cost_pico=710_000_000)
+    await ledger.guarded(run, lambda: run.charge(spent))
+
+
+def _copy(state: RunState) -> RunState:
+    return state_from_dict(state_to_dict(state))
 
 
 def _epoch(store: PostgresStore, run_id: str) -> int:
