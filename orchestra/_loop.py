@@ -40,9 +40,9 @@ async def drive(run: LiveRun, *, one_step: bool = False) -> None:
 
     A step: the pending tool calls (calls of the last assistant message with
     no result yet), or else one model call; then the stop conditions
-    (:mod:`orchestra._stops`). A worker that checkpoints each step with a
-    durable-execution engine runs one step at a time (see
-    :mod:`orchestra.distributed`). The steps are inline, not a function of
+    (:mod:`orchestra._stops`). Every step is saved before the next begins,
+    so a worker over a durable-execution engine runs a run's steps in one go
+    too (see :mod:`orchestra.distributed`). The steps are inline, not a function of
     their own: every run of a tree sits under this frame, and a cancel
     unwinds (and frees) every frame of every run.
 
