@@ -232,6 +232,14 @@ def recipe(directory: str) -> Any:
     return Recipe(directory=directory, scenario="plan")
 
 
+def prices_of(made: Any) -> Any:
+    """A recipe's price table (``model_calls().prices`` since the one provider
+    builder; ``prices()`` in checkouts before it, which this tool measures too)."""
+    if hasattr(made, "model_calls"):
+        return made.model_calls().prices
+    return made.prices()
+
+
 def submit_trees(url: str, count: int, directory: str) -> list[str]:
     from orchestra import Limits
     from orchestra.distributed import Cluster, submit
@@ -417,7 +425,7 @@ async def _embedded(trees: int, concurrency: int, directory: str) -> dict[str, f
     store = SQLiteStore(Path(directory) / f"runs-{uuid.uuid4().hex[:8]}.db")
     results: list[Any] = []
     async with made.provider() as provider:
-        runner = Runner(provider=provider, store=store, prices=made.prices())
+        runner = Runner(provider=provider, store=store, prices=prices_of(made))
         slots = trio.CapacityLimiter(concurrency)
 
         async def one() -> None:
