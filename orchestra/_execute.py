@@ -277,15 +277,13 @@ def trio_deadline(run: LiveRun) -> float:
     return min(own, parent)
 
 
-async def execute(
-    run: LiveRun, *, pause: Callable[[LiveRun], bool] | None = None, announce: bool = True
-) -> None:
+async def execute(run: LiveRun, *, one_step: bool = False, announce: bool = True) -> None:
     """Drive ``run`` inside its own cancel scope and record exactly one exit.
 
-    With ``pause``, it stops after a step when ``pause(run)`` says so (see
-    :func:`~orchestra._loop.drive`): a run still ``running`` then is saved as
-    it is (with its elapsed time), to be continued by a later call, maybe in
-    another process. ``announce`` emits ``run_started`` first.
+    With ``one_step``, only one step (see :func:`~orchestra._loop.drive`): a
+    run still ``running`` after it is saved as it is (with its elapsed time),
+    to be continued by a later call, maybe in another process. ``announce``
+    emits ``run_started`` first.
 
     Cancellation: if an enclosing scope is cancelled, the run records
     ``interrupted`` (or ``deadline_exceeded``) and saves before ``Cancelled``
@@ -307,7 +305,7 @@ async def execute(
             if run.cancel_reason is not None:  # cancelled before it started
                 run.scope.cancel()
             try:
-                await drive(run, pause=pause)
+                await drive(run, one_step=one_step)
                 paused = True
             finally:
                 if not paused and _stopped_by_cancel(run):

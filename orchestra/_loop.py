@@ -36,15 +36,14 @@ from ._stores.contract import LiveStream
 __all__ = ["drive"]
 
 
-async def drive(run: LiveRun, *, pause: Callable[[LiveRun], bool] | None = None) -> None:
-    """Run until the state leaves ``running``; with ``pause``, also stop after a
-    step when ``pause(run)`` says so (the run stays ``running``).
+async def drive(run: LiveRun, *, one_step: bool = False) -> None:
+    """Run until the state leaves ``running``; with ``one_step``, one step only.
 
     A step: the pending tool calls (calls of the last assistant message with
     no result yet), or else one model call; then the stop conditions
-    (:mod:`orchestra._stops`). A worker that checkpoints with a
-    durable-execution engine runs the steps it was given (see
-    :mod:`orchestra.distributed`). The steps are inline, not a function of
+    (:mod:`orchestra._stops`). Every step is saved before the next begins,
+    so a worker over a durable-execution engine runs a run's steps in one go
+    too (see :mod:`orchestra.distributed`). The steps are inline, not a function of
     their own: every run of a tree sits under this frame, and a cancel
     unwinds (and frees) every frame of every run.
 
@@ -62,7 +61,7 @@ async def drive(run: LiveRun, *, pause: Callable[[LiveRun], bool] | None = None)
             flush_results(run)
             if (stop := check_stops(run)) is not None:
                 run.finish(stop)
-        if pause is not None and pause(run):
+        if one_step:
             return
 
 

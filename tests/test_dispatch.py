@@ -359,7 +359,7 @@ async def test_a_call_waiting_for_a_child_elsewhere_parks_the_run() -> None:
     reply = calls(("echo", '{"text": "hi"}'), ("ask", '{"question": "q1"}'), ("note", "{}"))
     state.messages.append(reply)
     run = LiveRun(state=state, agent=agent, runner=runner)
-    await drive(run, pause=lambda _: True)
+    await drive(run, one_step=True)
     assert run.parked and run.state.status is Status.RUNNING
     assert ran == ["q1"]  # the write after it did not run
     assert list(run.state.results.values()) == ["hi"]  # the read's result is kept

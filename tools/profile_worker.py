@@ -2,33 +2,36 @@
 
 One command::
 
-    python tools/profile_worker.py [--trees 60] [--concurrency 4] [--url URL] [--no-py-spy]
+    python tools/profile_worker.py [--trees 60] [--concurrency 4] [--repeats 3]
+                                   [--url URL] [--no-py-spy] [--keep DIR]
 
 It starts a throwaway PostgreSQL (``tools/postgres.py``, in a temporary
 directory; or uses ``--url``, a server whose superuser may create databases),
 a fresh database, and one ``orchestra worker`` process on it (its embedded
-scripted server, no model latency), warms it up with a few trees, then
-submits ``--trees`` ``plan`` trees at once (3 model calls each) with
-:func:`orchestra.distributed.submit` and waits for them. Measured over that
-window:
+scripted server, no model latency; the worker runs the checkout this process
+imports, so ``PYTHONPATH=OTHER_CHECKOUT`` measures another version), and warms
+it up with a few trees. Then each of ``--repeats`` rounds runs the same trees
+embedded (in a child process: ``Runner``, SQLite store, the in-process
+scripted server, the same concurrency), then submits ``--trees`` ``plan``
+trees at once (3 model calls each) with :func:`orchestra.distributed.submit`
+and waits for them. Per round, per model call:
 
-- the worker's CPU (user + system, from ``/proc``) per model call;
+- the worker's CPU (user + system, from ``/proc``) over the round's window,
+  and the embedded run's, and their ratio;
 - PostgreSQL's CPU (every process of the cluster started here, backends
-  that exited included) per model call: not with ``--url``;
-- the transactions committed per model call in our database and in DBOS's;
-- the embedded path's CPU per model call: the same trees in one process
-  (``Runner``, SQLite store, the in-process scripted server, the same
-  concurrency), measured in a child process before and after the workers'
-  run (the mean of the two), so both share the machine's drift.
+  that exited included): not with ``--url``;
+- the transactions committed in our database and in DBOS's.
 
-With py-spy installed (``pip install py-spy``), the worker is sampled
-(``--nonblocking``: the worker is not paused) and the profile is summarised:
-samples by the step's phases (where each sample's stack first meets one of
-:data:`PHASES`), and by the library each sample's innermost frame is in.
-The raw stacks stay in ``--keep DIR`` if given.
+The medians over the rounds follow. With py-spy installed (``pip install
+py-spy``), the worker is sampled while it holds the GIL (``--nonblocking``:
+it is not paused), and its CPU per call is shared out by phase (the
+innermost frame of each sample that is one of :data:`PHASES`), by the
+library of each sample's innermost frame, and over the functions met in
+most samples; the raw stacks stay in ``--keep DIR``. The samples cover the
+embedded rounds too, when the worker only polls its queue.
 
-The machine is shared: compare ratios (worker / embedded CPU) from one run,
-not absolute times across runs.
+The machine is shared: compare ratios (worker / embedded CPU) from one round
+or one run, not absolute times across runs.
 """
 
 from __future__ import annotations
@@ -229,6 +232,14 @@ def recipe(directory: str) -> Any:
     return Recipe(directory=directory, scenario="plan")
 
 
+def prices_of(made: Any) -> Any:
+    """A recipe's price table (``model_calls().prices`` since the one provider
+    builder; ``prices()`` in checkouts before it, which this tool measures too)."""
+    if hasattr(made, "model_calls"):
+        return made.model_calls().prices
+    return made.prices()
+
+
 def submit_trees(url: str, count: int, directory: str) -> list[str]:
     from orchestra import Limits
     from orchestra.distributed import Cluster, submit
@@ -414,7 +425,7 @@ async def _embedded(trees: int, concurrency: int, directory: str) -> dict[str, f
     store = SQLiteStore(Path(directory) / f"runs-{uuid.uuid4().hex[:8]}.db")
     results: list[Any] = []
     async with made.provider() as provider:
-        runner = Runner(provider=provider, store=store, prices=made.prices())
+        runner = Runner(provider=provider, store=store, prices=prices_of(made))
         slots = trio.CapacityLimiter(concurrency)
 
         async def one() -> None:

@@ -1,4 +1,4 @@
-"""Runs as DBOS workflows: one workflow per run attempt, one step per run step.
+"""Runs as DBOS workflows: one workflow per run attempt, one DBOS step per taking-up.
 
 The workflow ``orchestra.run`` takes a run id and repeats the step
 ``orchestra.step`` until the run leaves ``running``. A step hands the run to

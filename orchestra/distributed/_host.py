@@ -44,6 +44,7 @@ from ._threads import (
     in_thread,
     step_abandoned,
     step_fence,
+    step_saved,
     step_superseded,
     supersede_step,
 )
@@ -101,6 +102,7 @@ class WorkerRunner(Runner):
         except StoreUnreachable as exc:
             abandon_step()
             raise StepAbandoned(str(exc)) from exc
+        step_saved()
 
     def _lose(self, root_id: str, why: str) -> None:
         """A save found the step's claim taken over: the step alone stops (its

@@ -122,6 +122,10 @@ _INSERT_SPEND = """
         completion_tokens, cost_pico, lost, executor, recorded_at)
     VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 """
+_INSERT_SPEND_ONCE = (
+    _INSERT_SPEND + " ON CONFLICT (run_id, turn) WHERE NOT lost DO NOTHING RETURNING seq"
+)
+"""A call's charge, unless its turn has one already (then nothing is written)."""
 
 
 def _ledger_complete(conn: Any) -> bool:
@@ -291,23 +295,26 @@ class PostgresLedger:
             self._spend(conn, run.state, spent, lost=lost)
 
     def _spend(self, conn: Any, state: RunState, spent: Usage, *, lost: bool) -> None:
-        if not lost:
-            conn.execute(_LOSE_EARLIER_CHARGE, (state.run_id, state.turns + 1))
-        conn.execute(
-            _INSERT_SPEND,
-            (
-                state.run_id,
-                state.root_id,
-                state.turns + 1,
-                spent.model_calls,
-                spent.prompt_tokens,
-                spent.completion_tokens,
-                spent.cost_pico,
-                lost,
-                self.executor,
-                time.time(),
-            ),
+        """One spend row; a turn charged before (rare: see :data:`_LOSE_EARLIER_CHARGE`)
+        has its earlier row made a lost call's first. The usual charge is one
+        statement: the insert itself finds the earlier row (the unique index)."""
+        row = (
+            state.run_id,
+            state.root_id,
+            state.turns + 1,
+            spent.model_calls,
+            spent.prompt_tokens,
+            spent.completion_tokens,
+            spent.cost_pico,
+            lost,
+            self.executor,
+            time.time(),
         )
+        if lost:
+            conn.execute(_INSERT_SPEND, row)
+        elif conn.execute(_INSERT_SPEND_ONCE, row).fetchone() is None:  # charged before
+            conn.execute(_LOSE_EARLIER_CHARGE, (state.run_id, state.turns + 1))
+            conn.execute(_INSERT_SPEND, row)
 
     async def settle_lost(self, run: LiveRun) -> Usage | None:
         """Charge a hold left by a call whose outcome was never recorded (its

@@ -42,8 +42,8 @@ __all__ = [
     "hold",
     "in_thread",
     "step_abandoned",
-    "step_done",
     "step_fence",
+    "step_saved",
     "step_superseded",
     "stepping",
     "supersede_step",
@@ -65,14 +65,15 @@ class StepAbandoned(BaseException):
 class Step:
     """One step of one run on this worker: ``abandoned`` once the database failed it,
     ``superseded`` once its claim (``fence``) was taken over; ``scope`` stops it;
-    ``done``: the run steps it completed (a DBOS step may cover several)."""
+    ``saved``: whether a save of its run got through (it covers all of the
+    run's steps it executes, each saved before the next)."""
 
-    __slots__ = ("abandoned", "done", "fence", "scope", "superseded")
+    __slots__ = ("abandoned", "fence", "saved", "scope", "superseded")
 
     def __init__(self) -> None:
         self.abandoned = False
         self.superseded = False
-        self.done = 0
+        self.saved = False
         self.fence: Fence | None = None
         self.scope = trio.CancelScope()
 
@@ -110,11 +111,11 @@ def hold(fence: Fence) -> None:
         step.fence = fence
 
 
-def step_done() -> None:
-    """The current step completed one run step (saved it); outside a step, nothing to do."""
+def step_saved() -> None:
+    """A save of the current step got through; outside a step, nothing to do."""
     step = _step.get()
     if step is not None:
-        step.done += 1
+        step.saved = True
 
 
 def step_fence() -> Fence | None:

@@ -16,12 +16,13 @@ the steps, the loop runs three small tasks:
   worker takes them up where their store state says they were.
 
 A run taken up (claimed) here executes its steps one after another, each
-saved before the next, until it stops (one DBOS step covers them: see
-:meth:`Worker._steps_of`). Runs are rebuilt from the store at each claim:
-the state, its ancestors as read-only snapshots (their limits bound the
-run; their spend and reservations come from the ledger, locked, at each
-budget decision), and the agent, from the root run's recipe (``orchestra demo``/``run``) or from
-an import reference (``orchestra.distributed.submit(agents="pkg.mod:attr")``).
+saved before the next, until it stops or parks (one DBOS step covers them:
+see :meth:`Worker._steps_of`). Runs are rebuilt from the store at each
+claim: the state, its ancestors as read-only snapshots (their limits bound
+the run; their spend and reservations come from the ledger, locked, at each
+budget decision), and the agent, from the root run's recipe (``orchestra
+demo``/``run``) or from an import reference
+(``orchestra.distributed.submit(agents="pkg.mod:attr")``).
 """
 
 from __future__ import annotations
@@ -63,8 +64,6 @@ from ._threads import (
     StepAbandoned,
     hold,
     in_thread,
-    step_abandoned,
-    step_done,
     step_fence,
     step_superseded,
     stepping,
@@ -273,14 +272,14 @@ class Worker:
         :data:`PARKED` (which ends it too) if the run now waits for children
         executing elsewhere.
 
-        The step executes the run's steps until it stops (see :meth:`_steps_of`).
-        If the database goes away after some of them completed, it returns
-        ``running``: what they did is saved, and the rest is the workflow's next
-        DBOS step, with its own tries.
+        The step executes the run's steps until it stops or parks (see
+        :meth:`_steps_of`). If the database goes away after one of its saves got
+        through, it returns ``running``: what was saved stands, and the rest is
+        the workflow's next DBOS step, with its own tries.
 
         Raises:
-            StepAbandoned: the database went away before any run step of this
-                step completed (nothing more of it was saved; DBOS tries it again).
+            StepAbandoned: the database went away before any save of this step
+                got through (nothing of it was saved; DBOS tries it again).
         """
         status = SUPERSEDED
         with stepping() as step:
@@ -289,15 +288,15 @@ class Worker:
                 with step.scope:
                     status = await self._step(run_id)
             except StepAbandoned:
-                if not step.done:
+                if not step.saved:
                     raise
             finally:
                 self._steps.discard(step)
         if step.superseded:
             return SUPERSEDED
-        if step.abandoned and step.done:
-            # The run steps completed here are saved: the rest is a DBOS step of its
-            # own (the workflow's next), with its own tries while the database is away.
+        if step.abandoned and step.saved:
+            # What the run's steps did here up to the outage is saved: the rest is a
+            # DBOS step of its own (the workflow's next), with its own tries.
             return Status.RUNNING.value
         if step.abandoned:
             raise StepAbandoned(
@@ -361,7 +360,7 @@ class Worker:
 
     async def _steps_of(self, live: LiveRun, *, announce: bool) -> None:
         """Execute the run's steps here, one after another, under the one claim taken
-        for them, until it leaves ``running`` or :meth:`_pauses` says to stop.
+        for them, until it stops or parks.
 
         Why one claim and one DBOS step may cover several run steps: every step
         saves what it did to the run store before the next begins (the reply
@@ -374,14 +373,7 @@ class Worker:
         and a cancel reaches the run through the watcher (it is in
         ``_running`` throughout).
         """
-        await execute(live, pause=self._pauses, announce=announce)
-
-    def _pauses(self, live: LiveRun) -> bool:
-        """After each run step (counted: see :meth:`advance`): whether the run, still
-        ``running``, stops executing here (saved as it is; its workflow's next
-        step takes it up again)."""
-        step_done()
-        return step_superseded() or step_abandoned()
+        await execute(live, announce=announce)
 
     async def _park(self, run_id: str) -> bool:
         """Park the run (its calls wait for children executing elsewhere) unless

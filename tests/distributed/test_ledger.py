@@ -211,3 +211,30 @@ async def test_a_release_whose_transaction_broke_mid_way_is_charged_once(
     fresh = _worker_view(root, kid)
     await ledger.refresh(fresh)
     assert fresh.state.tree == usage and fresh.reserved_pico == 0
+
+
+async def test_a_turn_charged_again_makes_the_earlier_charge_a_lost_calls(
+    ledger: PostgresLedger, store: PostgresStore
+) -> None:
+    """A worker charged a call and died before saving its reply; the run's next
+    taker, counting its turns from the saved state (the ledger keeps no own
+    spend for the run, as one made before it did), makes the same turn's call
+    again: it is charged, and the earlier charge stays as a lost call's (one
+    charge per turn that is not lost)."""
+    root, (kid,) = _tree(ledger, budget=0.01, children=1)
+    charges = []
+    for _ in range(2):  # the same saved state, taken up twice
+        with store.transaction() as conn:
+            conn.execute("UPDATE ledger SET own = NULL WHERE run_id = %s", (kid.run_id,))
+        run = _worker_view(root, kid)
+        grant = await ledger.guarded(run, lambda run=run: reserve(run, PROMPT, 2, Margin()))
+        assert isinstance(grant, Grant)
+        reply = _answer(PROMPT, 5 + len(charges))
+        charges.append(await ledger.released(run, partial(settle, run, grant, reply, Margin())))
+    with store.transaction() as conn:
+        rows = conn.execute(
+            "SELECT turn, cost_pico, lost FROM ledger_spend WHERE run_id = %s ORDER BY seq",
+            (kid.run_id,),
+        ).fetchall()
+    assert rows == [(2, charges[0].cost_pico, True), (2, charges[1].cost_pico, False)]
+    assert ledger.spent(root.run_id).cost_pico == charges[0].cost_pico + charges[1].cost_pico
