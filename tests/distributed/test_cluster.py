@@ -109,7 +109,10 @@ def test_a_tight_budget_holds_for_a_tree_spread_over_workers(
 ) -> None:
     recipe = Recipe(directory=str(sandbox), scenario="slow_tree", child_budget=0.01, child_turns=4)
     agent = recipe.agent(Limits(max_turns=30, max_budget_usd=0.008))
-    with workers(pg_url, tmp_path, 3, env), Cluster(pg_url) as cluster:
+    # one slot each: the six children, queued at once, are taken by each worker's
+    # first poll (a root holds no slot while it waits); with three slots each, a
+    # worker that polls first can take and end them all before the others look
+    with workers(pg_url, tmp_path, 3, env, concurrency=1), Cluster(pg_url) as cluster:
         root = submit(cluster, agent, "Scan the archives, children=6.", metadata=recipe.metadata())
         wait_until(lambda: finished(cluster, root), TREE_S, "the tree")
         states = cluster.store.tree(root)
