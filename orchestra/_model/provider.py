@@ -354,8 +354,8 @@ class OpenAIProvider:
                 self._scrub(f"request to {self.base_url} failed: {exc!r}")
             ) from exc
         self._answered = True
-        if is_event_stream(response.headers):
-            return self._recovered(self._streamed(assembly), request)
+        # The status first: an error sent as an event stream is the server's error,
+        # its status deciding the retry, not a stream that ended before [DONE].
         if response.status_code >= 400:
             raise ProviderHTTPError(
                 self._scrub(
@@ -364,6 +364,8 @@ class OpenAIProvider:
                 status_code=response.status_code,
                 retry_after=retry_after(response.headers.get("retry-after")),
             )
+        if is_event_stream(response.headers):
+            return self._recovered(self._streamed(assembly), request)
         try:
             reply = parse_reply(response)
         except ProviderReplyError as exc:

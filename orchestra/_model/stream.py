@@ -54,8 +54,10 @@ class Reading(enum.Enum):
 
 
 def is_event_stream(headers: Mapping[str, str]) -> bool:
-    """Whether a response (its headers, names in lower case) is a stream of events."""
-    return headers.get("content-type", "").partition(";")[0].strip() == "text/event-stream"
+    """Whether a response (its headers, names in lower case) is a stream of events
+    (media types are case-insensitive: ``Text/Event-Stream`` is one too)."""
+    media_type = headers.get("content-type", "").partition(";")[0]
+    return media_type.strip().lower() == "text/event-stream"
 
 
 class Listener(Protocol):

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from orchestra import OpenAIProvider, ProviderHTTPError, ProviderReplyError
+from orchestra import OpenAIProvider, ProviderHTTPError, ProviderReplyError, RetryPolicy
 from orchestra._model.provider import ChatRequest
 from orchestra._model.sse import EventParser, ServerEvent
 from orchestra._model.stream import Assembly, Reading
@@ -124,3 +124,37 @@ async def test_a_stream_with_ids_retries_comments_and_long_data_is_read_whole(si
     got = await provider.complete(ChatRequest(model="plan", messages=PLAN["messages"]))
     assert got.message == completion["choices"][0]["message"]
     assert got.completion_tokens == completion["usage"]["completion_tokens"]
+
+
+def _answering(status: int, content_type: str, body: bytes) -> OpenAIProvider:
+    """A provider whose server answers every request with ``body`` as ``content_type``."""
+    transport = httpx.MockTransport(
+        lambda _: httpx.Response(
+            status, headers={"content-type": content_type, "retry-after": "3"}, content=body
+        )
+    )
+    return OpenAIProvider(base_url="http://s/v1", api_key="k", transport=transport)
+
+
+async def test_a_stream_s_media_type_is_read_in_any_case():
+    """Found by tests/model/test_fuzz_replies.py: ``Text/Event-Stream`` was read as JSON."""
+    completion = reply(PLAN)
+    body = b"".join(chunks(completion, include_usage=True))
+    provider = _answering(200, "Text/Event-Stream; charset=UTF-8", body)
+    got = await provider.complete(ChatRequest(model="plan", messages=PLAN["messages"]))
+    assert got.streamed and got.message == completion["choices"][0]["message"]
+
+
+@pytest.mark.parametrize(("status", "retried"), [(429, True), (400, False)])
+async def test_an_error_status_sent_as_an_event_stream_is_the_server_s_error(
+    status: int, retried: bool
+):
+    """Found by tests/model/test_fuzz_replies.py: such an answer was a stream that
+    "ended before [DONE]", its status (which decides a retry), its Retry-After
+    and its message lost."""
+    body = b'{"error": {"message": "slow down"}}'
+    provider = _answering(status, "text/event-stream", body)
+    with pytest.raises(ProviderHTTPError, match=f"answered {status}: slow down") as caught:
+        await provider.complete(ChatRequest(model="plan", messages=PLAN["messages"]))
+    assert caught.value.status_code == status and caught.value.retry_after == 3.0
+    assert RetryPolicy().transient(caught.value) is retried
