@@ -616,28 +616,24 @@ class Worker:
             if _dbos.workflow_id(run_id, attempt) in live:
                 continue
             if self._store.requeue_if(run_id, attempt) is not None:
-                self._queue.enqueue_now(run_id)
-                moved.append(run_id)
-                sys.stderr.write(
-                    f"worker {self.executor_id}: run {run_id} was left running "
-                    "with no workflow; queued again\n"
-                )
+                moved.append(self._queued_again(run_id, "was left running with no workflow"))
         return moved
 
     def _wake_lost(self) -> list[str]:
         """Queue again the parked runs whose children all ended but whose wake
         was lost (the worker that owed it died first); their ids."""
+        return [
+            self._queued_again(run_id, "was parked with no child running")
+            for run_id in self._store.parked_ready()
+            if self._store.wake(run_id) is not None
+        ]
+
+    def _queued_again(self, run_id: str, why: str) -> str:
+        """Queue ``run_id`` (its attempt just moved on) for the sweep, saying why; its id."""
         assert self._queue is not None
-        woken = []
-        for run_id in self._store.parked_ready():
-            if self._store.wake(run_id) is not None:
-                self._queue.enqueue_now(run_id)
-                woken.append(run_id)
-                sys.stderr.write(
-                    f"worker {self.executor_id}: run {run_id} was parked with no child "
-                    "running; queued again\n"
-                )
-        return woken
+        self._queue.enqueue_now(run_id)
+        sys.stderr.write(f"worker {self.executor_id}: run {run_id} {why}; queued again\n")
+        return run_id
 
     def _heartbeat(self, first: bool = False, judge: bool = True) -> list[str] | None:
         """Beat; if ``judge``, claim the workers dead since (their rows go); their
