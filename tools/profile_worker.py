@@ -4,6 +4,7 @@ One command::
 
     python tools/profile_worker.py [--trees 60] [--concurrency 4] [--repeats 3]
                                    [--url URL] [--no-py-spy] [--keep DIR]
+                                   [--scenario plan|research]
 
 It starts a throwaway PostgreSQL (``tools/postgres.py``, in a temporary
 directory; or uses ``--url``, a server whose superuser may create databases),
@@ -226,10 +227,21 @@ def commits(url: str) -> dict[str, int]:
 # -- the trees ---------------------------------------------------------------------------
 
 
+SCENARIO = {"name": "plan"}
+"""The scenario of the trees (``--scenario``): ``plan`` (one run, 3 model calls)
+or ``research`` (a root and 3 children, 11 model calls)."""
+
+
 def recipe(directory: str) -> Any:
     from orchestra._recipes.recipe import Recipe
 
-    return Recipe(directory=directory, scenario="plan")
+    return Recipe(directory=directory, scenario=SCENARIO["name"])
+
+
+def task_of() -> str:
+    from orchestra._recipes.demo import demo_task
+
+    return demo_task(SCENARIO["name"])
 
 
 def prices_of(made: Any) -> Any:
@@ -251,7 +263,7 @@ def submit_trees(url: str, count: int, directory: str) -> list[str]:
             submit(
                 cluster,
                 made.agent(limits),
-                "Why did the nightly job fail?",
+                task_of(),
                 limits=limits,
                 metadata=made.metadata(),
             )
@@ -421,7 +433,7 @@ async def _embedded(trees: int, concurrency: int, directory: str) -> dict[str, f
     from orchestra import Limits, Runner, SQLiteStore
 
     made, limits = recipe(directory), Limits(max_turns=20)
-    task = "Why did the nightly job fail?"
+    task = task_of()
     store = SQLiteStore(Path(directory) / f"runs-{uuid.uuid4().hex[:8]}.db")
     results: list[Any] = []
     async with made.provider() as provider:
@@ -440,7 +452,8 @@ async def _embedded(trees: int, concurrency: int, directory: str) -> dict[str, f
                 nursery.start_soon(one)
         cpu, wall = time.process_time() - cpu, time.perf_counter() - started
     assert all(r.status.value == "completed" for r in results), [r.status for r in results]
-    return {"cpu_s": cpu, "wall_s": wall, "calls": sum(r.state.turns for r in results)}
+    calls = sum(s.state.turns for r in results for s in r.walk())
+    return {"cpu_s": cpu, "wall_s": wall, "calls": calls}
 
 
 def measure_embedded(args: argparse.Namespace) -> dict[str, float]:
@@ -456,6 +469,8 @@ def measure_embedded(args: argparse.Namespace) -> dict[str, float]:
             str(args.concurrency),
             "--sandbox",
             args.sandbox,
+            "--scenario",
+            args.scenario,
         ],
         capture_output=True,
         text=True,
@@ -561,6 +576,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-py-spy", dest="py_spy", action="store_false")
     parser.add_argument("--top", type=int, default=40, help="functions listed in the profile")
     parser.add_argument("--keep", type=Path, help="keep the worker's log and stacks here")
+    parser.add_argument("--scenario", choices=("plan", "research"), default="plan")
     parser.add_argument("--embedded-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--sandbox", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -568,6 +584,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
+    SCENARIO["name"] = args.scenario
     if args.embedded_only:
         print(json.dumps(embedded(args.trees, args.concurrency, args.sandbox)))
         return 0

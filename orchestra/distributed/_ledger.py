@@ -141,7 +141,7 @@ def _ledger_complete(conn: Any) -> bool:
 class _Transactions(Protocol):
     """What the ledger needs of its store: transactions, and fences checked in them."""
 
-    def transaction(self) -> Any: ...
+    def transaction(self, *, pipelined: bool = False) -> Any: ...
 
     def check_fence(self, fence: Fence) -> None: ...
 
@@ -348,8 +348,9 @@ class PostgresLedger:
 
     @contextlib.contextmanager
     def _fenced(self, fence: Fence | None) -> Iterator[Any]:
-        """One transaction, whose writes are fenced by ``fence`` (if given)."""
-        with self.store.transaction() as conn:
+        """One transaction, whose writes are fenced by ``fence`` (if given); pipelined
+        (writes and the commit share a round trip)."""
+        with self.store.transaction(pipelined=True) as conn:
             if fence is not None:
                 self.store.check_fence(fence)
             yield conn

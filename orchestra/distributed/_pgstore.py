@@ -504,7 +504,7 @@ class PostgresStore(SQLStore):
     # -- transactions -----------------------------------------------------
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[Connection]:
+    def transaction(self, *, pipelined: bool = False) -> Iterator[Connection]:
         """This thread's connection, in a transaction for the ``with`` block.
 
         Committed when the block ends, rolled back if it raises; psycopg
@@ -512,16 +512,23 @@ class PostgresStore(SQLStore):
         budget ledger) next to the store's tables. The store's own methods
         called inside the block join it (each in a savepoint), so they commit
         or roll back with it.
+
+        ``pipelined``: the block's statements go in psycopg's pipeline mode, so
+        ``BEGIN``, the writes whose results nobody reads and ``COMMIT`` share
+        round trips (a fetch waits for what was sent before it). A statement's
+        ``rowcount`` is not known until then: read it with ``RETURNING`` and a
+        fetch instead. Its errors are raised at the next fetch or at the commit.
         """
-        with self._transaction("run a transaction") as conn:
+        with self._transaction("run a transaction", pipelined=pipelined) as conn:
             yield conn
 
     @contextlib.contextmanager
-    def _transaction(self, doing: str) -> Iterator[Connection]:
+    def _transaction(self, doing: str, *, pipelined: bool = False) -> Iterator[Connection]:
         """One transaction on this thread's connection (a savepoint if one is open).
 
         Callbacks given to :meth:`_on_commit` inside it run once the outermost
         transaction has committed; those of a block that failed are dropped.
+        ``pipelined``: see :meth:`transaction` (an outermost transaction only).
         """
         local = self._local
         depth: int = getattr(local, "depth", 0)
@@ -532,7 +539,7 @@ class PostgresStore(SQLStore):
             conn = self._connection()
             local.depth = depth + 1
             try:
-                with conn.transaction():
+                with _pipeline(conn, pipelined and depth == 0), conn.transaction():
                     yield conn
             except BaseException:
                 del local.after_commit[mark:]
@@ -545,8 +552,10 @@ class PostgresStore(SQLStore):
                 callback()
 
     def _write(self, doing: str) -> contextlib.AbstractContextManager[Connection]:
-        """One write transaction (a savepoint inside a caller's :meth:`transaction`)."""
-        return self._transaction(doing)
+        """One write transaction (a savepoint inside a caller's :meth:`transaction`),
+        pipelined: a save is one round trip after its fence's read, not one per
+        statement."""
+        return self._transaction(doing, pipelined=True)
 
     def _on_commit(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once the transaction open on this thread commits."""
@@ -712,3 +721,8 @@ def _stop(state: RunState, reason: str, now: float) -> None:
     state.reason = reason
     state.interruption = Interruption(kind=InterruptionKind.CANCELLED, reason=reason)
     state.updated_at = now
+
+
+def _pipeline(conn: Connection, on: bool) -> contextlib.AbstractContextManager[Any]:
+    """``conn``'s pipeline mode for the block if ``on``."""
+    return conn.pipeline() if on else contextlib.nullcontext()

@@ -168,10 +168,10 @@ async def test_a_release_waits_for_the_database_and_records_the_real_cost(
     real = store.transaction
     outages = iter([True, True, True])  # the next three transactions find it away
 
-    def flaky() -> object:
+    def flaky(**options: bool) -> object:
         if next(outages, False):
             raise StoreUnreachable("cannot reach PostgreSQL (test)")
-        return real()
+        return real(**options)
 
     monkeypatch.setattr(store, "transaction", flaky)
     reply = _answer(PROMPT, 5)

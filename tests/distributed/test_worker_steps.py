@@ -114,12 +114,12 @@ async def test_a_release_that_met_the_database_away_once_still_saves_the_runs_ex
     real = store.transaction
     away = False
 
-    def transaction() -> Any:  # the ledger's transactions
+    def transaction(**options: bool) -> Any:  # the ledger's transactions
         nonlocal away
         if away:
             away = False
             raise StoreUnreachable("cannot reach PostgreSQL (test)")
-        return real()
+        return real(**options)
 
     def restart() -> None:
         nonlocal away
