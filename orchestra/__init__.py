@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ._instructions import CATALOG_INSTRUCTIONS
     from ._model.margin import FIRST_MARGIN, Calibration, Margin
     from ._model.provider import ChatReply, ChatRequest, OpenAIProvider, Provider
+    from ._carving import Carving
     from ._model.retry import RetryPolicy
     from ._money import Price, PriceTier
     from ._prices import PriceTable
@@ -67,6 +68,7 @@ __all__ = [
     "Agent",
     "Approval",
     "Calibration",
+    "Carving",
     "ChatReply",
     "ChatRequest",
     "ConfigError",
@@ -168,6 +170,7 @@ _MODULE_OF: dict[str, str] = {
         "_model.provider": ("ChatReply", "ChatRequest", "OpenAIProvider", "Provider"),
         "_result": ("RunResult",),
         "_model.retry": ("RetryPolicy",),
+        "_carving": ("Carving",),
         "_runner": ("RunHandle", "Runner"),
         "_stores.serde": ("state_from_dict", "state_from_json", "state_to_dict", "state_to_json"),
         "_telemetry.spans": ("RecordingTracerProvider", "SpanSink"),

@@ -7,6 +7,7 @@ from typing import Any
 
 import attrs
 
+from ._carving import Carving
 from ._exceptions import ConfigError, PermanentToolError
 from ._output import OUTPUT_TOOL, OutputSpec, output_spec
 from ._state import Limits, RunState
@@ -110,6 +111,9 @@ class Agent:
     )
     no_progress_after: int | None = 3
     look_first: bool = False
+    carving: Carving = Carving()
+    """How the children one reply starts share this agent's runs' budget
+    (see :class:`~orchestra.Carving`: equal shares, the run's answer kept)."""
     budget_note: bool = False
     """Each request ends with a system note of what the run has left (turns,
     budget, tokens, time), for the model to plan by; in the request only."""

@@ -67,15 +67,13 @@ class Grant:
 
 
 def check_turns(run: LiveRun) -> Exit | None:
-    """``max_turns_exceeded`` if this run or an ancestor has no model call left."""
+    """``max_turns_exceeded`` if this run has made its ``max_turns`` model calls."""
     left = run.available_turns()
     if left is None or left[0] > 0:
         return None
-    node = left[1]
-    whose = "" if node is run else f" of ancestor run {node.state.run_id}"
     return Exit(
         status=Status.MAX_TURNS_EXCEEDED,
-        reason=f"turn limit{whose} reached: {_calls(node.state.limits.max_turns)}",
+        reason=f"turn limit reached: {_calls(run.state.limits.max_turns)} of its own",
     )
 
 
@@ -245,11 +243,6 @@ def carve(
         if tokens <= 0:
             return f"the parent run has no tokens left ({max(tokens, 0)})"
         limits = attrs.evolve(limits, max_tokens_total=_least(tokens, limits.max_tokens_total))
-    turns = parent.available_turns()
-    if turns is not None:
-        if turns[0] <= 0:
-            return "the parent run has no model calls left"
-        limits = attrs.evolve(limits, max_turns=_least(turns[0], limits.max_turns))
     deadline = parent.state.limits.deadline
     if deadline is not None:
         limits = attrs.evolve(limits, deadline=_least(deadline, limits.deadline))

@@ -24,12 +24,12 @@ import trio
 from ._agent import Agent
 from ._conversation import continued_messages, refuse_to_continue
 from ._exceptions import ConfigError, RunNotFound, StateError
+from ._fair import fair_carve, give_back
 from ._loop import charge_lost_stream, drive
 from ._result import RunResult, stop_sentence
 from ._run import ChildWaiting, Exit, Host, LiveRun
 from ._state import Interruption, InterruptionKind, LimitRaise, Limits, RunState, Status, Usage
 from ._storable import problem
-from ._wind_down import carve_keeping
 
 __all__ = [
     "IN_PROCESS",
@@ -174,8 +174,12 @@ class Children(Protocol):
     bound to its parent's call by the one path in :func:`spawn_child`.
     """
 
-    async def carve(self, parent: LiveRun, ask: Limits) -> Limits | str:
-        """The child's limits carved from what ``parent`` has left, or why not."""
+    async def carve(
+        self, parent: LiveRun, call_id: str, child: RunState, agent: Agent
+    ) -> Limits | str:
+        """The limits of ``child`` (a run of ``agent``, made with the limits it asks
+        for) carved from what ``parent`` has left (:func:`~orchestra._fair.fair_carve`),
+        or why it is not started."""
         ...
 
     async def reattach(self, parent: LiveRun, child_id: str, agent: Agent) -> LiveRun | None:
@@ -196,8 +200,10 @@ class Children(Protocol):
 class _InProcess:
     """Children executing inside their parent's tool call, in this process."""
 
-    async def carve(self, parent: LiveRun, ask: Limits) -> Limits | str:
-        return carve_keeping(parent, ask, parent.runner.now())
+    async def carve(
+        self, parent: LiveRun, call_id: str, child: RunState, agent: Agent
+    ) -> Limits | str:
+        return carve_child(parent, call_id, child, agent)
 
     async def reattach(self, parent: LiveRun, child_id: str, agent: Agent) -> LiveRun | None:
         try:
@@ -246,17 +252,26 @@ async def spawn_child(
     child_id = parent.state.children.get(call_id)
     child = None if child_id is None else await where.reattach(parent, child_id, agent)
     if child is None:
-        carved = await where.carve(parent, limits or agent.limits)
+        state = new_state(agent, task, limits or agent.limits, parent, call_id, child_id)
+        carved = await where.carve(parent, call_id, state, agent)
         if isinstance(carved, str):
             if child_id is None:
                 return f"{agent.name} was not started: {carved}."
             carved = Limits(max_turns=0, max_budget_usd=0.0)  # bound already: ends at once
-        state = new_state(agent, task, carved, parent, call_id, child_id)
+        state.limits = carved
         child = LiveRun(state=state, agent=agent, runner=runner, parent=parent)
         await where.open(parent, child, bind=child_id is None)
     parent.children.append(child)
     await where.run(child)
+    if where is IN_PROCESS:
+        give_back(parent, child)
     return child_answer(child)
+
+
+def carve_child(parent: LiveRun, call_id: str, child: RunState, agent: Agent) -> Limits | str:
+    """The limits of ``child``, a run of ``agent``, as its parent's agent carves
+    them (see :mod:`orchestra._fair`)."""
+    return fair_carve(parent, call_id, child, agent.tool_specs(), parent.runner.now())
 
 
 def child_answer(child: LiveRun) -> str:

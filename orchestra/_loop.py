@@ -113,16 +113,26 @@ async def _decided(run: LiveRun, decide: Callable[[], _T]) -> _T:
 
 
 async def _final_step(run: LiveRun, wind: wind_down.WindDown, margin: Margin) -> None:
-    """The final call of a run that winds down: no tools, at most its reserve."""
+    """The end of a run that winds down: at its budget's end, what its tools returned
+    handed back; else a final call, no tools, at most its reserve (or, if that
+    cannot be paid, what its tools returned)."""
+    stop = Exit(status=wind.status, reason=wind.reason)
+    if wind.status is Status.BUDGET_EXCEEDED:
+        wind_down.abandon(run)  # a wind-down begun by an older version
+        wind_down.hand_back(run, stop)
+        return
     wind_down.begin(run, wind)
     request = ChatRequest(model=run.state.model, messages=run.state.messages)
     prompt_tokens = run.counter.count(request.messages, request.tools)
     wanted = min(run.agent.max_tokens, run.state.limits.wind_down_tokens or 1)
     decide = partial(reserve, run, prompt_tokens, len(request.messages), margin, wanted)
     gate = await _decided(run, decide)
-    if isinstance(gate, Exit):  # not even the final call can be paid: stop as without
+    if isinstance(gate, Exit):  # not even the final call can be paid
         wind_down.abandon(run)
-        run.finish(gate)
+        if gate.status is Status.BUDGET_EXCEEDED and run.overspent() is None:
+            wind_down.hand_back(run, attrs.evolve(stop, reason=f"{stop.reason}; {gate.reason}"))
+        else:
+            run.finish(gate)
         return
     ask = _Ask(request=request, prompt_tokens=prompt_tokens, margin=margin, grant=gate)
     called = await _call(run, ask)

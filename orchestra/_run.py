@@ -201,6 +201,9 @@ class LiveRun:
     parked: bool = False
     """Whether a call of this step waits for a child run executing elsewhere
     (:class:`ChildPending`): the step ends with the call pending."""
+    plans: list[Any] = attrs.Factory(list)
+    """How the children of this run's replies share its budget (:class:`orchestra._fair.Plan`;
+    in memory only: a run taken up again plans the children it has not started)."""
     estimated: int = 0
     """Replies this process charged without the server's usage (as estimated:
     see :func:`~orchestra._budget.settle`); the run's reason says so."""
@@ -250,8 +253,10 @@ class LiveRun:
         return None if left is None else left[0]
 
     def available_turns(self) -> tuple[int, LiveRun] | None:
-        """Model calls still allowed, and the run whose limit is tightest."""
-        return self._left(_turns_left)
+        """Model calls this run may still make (``max_turns`` counts the run's own
+        calls: its children have turn limits of their own), and the run (itself)."""
+        left = _turns_left(self)
+        return None if left is None else (left, self)
 
     def overspent(self) -> tuple[LiveRun, str] | None:
         """The first run of the lineage whose tree spent past a budget, and by how much."""
@@ -267,10 +272,11 @@ class LiveRun:
         return None
 
     def reserve(self, pico: int, turns: int, tokens: int = 0) -> None:
-        """Hold ``pico``, ``turns`` and ``tokens`` against this run and every ancestor."""
+        """Hold ``pico`` and ``tokens`` against this run and every ancestor, and
+        ``turns`` against this run (turn limits are a run's own)."""
+        self.reserved_turns += turns
         for node in self.lineage():
             node.reserved_pico += pico
-            node.reserved_turns += turns
             node.reserved_tokens += tokens
 
     # -- recording -----------------------------------------------------------
@@ -354,4 +360,4 @@ def _tokens_left(node: LiveRun) -> int | None:
 
 def _turns_left(node: LiveRun) -> int | None:
     turns = node.state.limits.max_turns
-    return None if turns is None else turns - node.state.tree.model_calls - node.reserved_turns
+    return None if turns is None else turns - node.state.own.model_calls - node.reserved_turns

@@ -185,10 +185,12 @@ _USAGE_FIELDS = tuple(a.name for a in attrs.fields(Usage))
 class Limits:
     """What a run may use. ``None`` means unbounded (within its ancestors' limits).
 
-    ``max_budget_usd`` bounds the run's *tree* spend (its own calls and every
-    descendant's); ``max_tokens_total`` bounds its tree's prompt plus
-    completion tokens the same way (a second budget that needs no prices).
-    Both are enforced before each call and carved down the tree.
+    ``max_turns`` counts the run's *own* model calls (each child has its own
+    turn limit, from its agent or tool). ``max_budget_usd`` bounds the run's
+    *tree* spend (its own calls and every descendant's); ``max_tokens_total``
+    bounds its tree's prompt plus completion tokens the same way (a second
+    budget that needs no prices). Both budgets are enforced before each call
+    and carved down the tree (see :class:`~orchestra.Carving`).
     ``timeout_s`` is relative to the run's start and is turned into an absolute
     ``deadline`` (wall-clock seconds since the epoch) when the run starts, so it
     survives a restart. ``wind_down_tokens`` keeps that many output tokens (and

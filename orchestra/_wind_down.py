@@ -1,55 +1,54 @@
 """Wind-down: a run stopped by a limit hands back what it found.
 
-With ``Limits.wind_down_tokens`` set, a run keeps that many output tokens,
-and what a call writing them costs, for a final answer. Before each regular
-model call the gate asks whether the run is at its end:
+Once a run has found something (a tool result), its end by a limit keeps it:
 
-- **one turn left** (this run's or an ancestor's turn cap);
-- **the deadline one call away** (less time left than two of the run's mean
-  turns: the next regular call would leave none for the final one);
-- **the budget**: the regular call's worst case, plus the final call's worst
-  case after it (the prompt grown by the regular reply and
-  :data:`GROWTH_TOKENS` of results, then :data:`NOTE` and ``wind_down_tokens``
-  of answer), no longer fits what the run and every ancestor have left.
+- **the budget**: when what the run and its ancestors have left cannot pay
+  the next call with :data:`MIN_REGULAR` tokens of output, the run stops
+  ``budget_exceeded`` and *hands back* what its tools returned, quoted, as its
+  partial answer (:func:`hand_back`; no model call: there is no budget for
+  one). Nothing is kept from the regular calls for a final call, so a run
+  with the budget for another call makes it, and may find what it was asked.
+- **one turn left** (this run's turn cap), or **the deadline one call away**
+  (less time left than two of the run's mean turns): with
+  ``Limits.wind_down_tokens`` set, instead of the regular call the run
+  appends :data:`NOTE` (a system message, kept in its transcript) and makes
+  one last call with no tools and ``max_tokens`` at most
+  ``wind_down_tokens``, reserved like every call; if even that cannot be
+  paid, it hands back what its tools returned. It stops with its limit's
+  status and reason, and the reply is its answer, marked partial.
 
-Only once it has found something (a tool result): its calls before that are
-reserved as without wind-down. Then, instead of the regular call, the run
-appends :data:`NOTE` (a system message, kept in its transcript) and makes one
-last call with no tools and
-``max_tokens`` at most ``wind_down_tokens``, reserved like every call (zero
-overshoot holds: if even that cannot be paid, the run stops as without
-wind-down). It stops with its limit's status and reason, and the reply is its
-answer, marked partial (``RunState.answer_partial``); a parent's tool call
-receives it with the stop reason (:func:`~orchestra._result.stop_sentence`).
-A run winds down once: a final reply that calls tools anyway has its calls
+Either way the answer is marked partial (``RunState.answer_partial``) and a
+parent's tool call receives it with the stop reason
+(:func:`~orchestra._result.stop_sentence`). A handed-back answer is an
+assistant message that says it was written by Orchestra, not the model. A
+run winds down once: a final reply that calls tools anyway has its calls
 answered in words, never run, and no answer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 import trio
 
 from ._answers import tool_ran
-from ._budget import Grant, carve, reserve
-from ._model.margin import FIRST_MARGIN, Margin
-from ._model.tokens import count_text
+from ._budget import Grant, reserve
+from ._model.margin import Margin
 from ._run import Exit, LiveRun
-from ._state import Limits, Status
+from ._state import Status
 
 __all__ = [
-    "GROWTH_TOKENS",
     "NOTE",
     "WindDown",
     "abandon",
     "applies",
     "begin",
-    "carve_keeping",
     "due",
     "end",
-    "final_keep",
+    "findings",
+    "hand_back",
     "pending",
     "regular_grant",
     "wound",
@@ -62,15 +61,12 @@ NOTE: dict[str, Any] = {
     "and say what you could not find out.",
 }
 """What the transcript says before the final call."""
-KEEP_MARGIN = Margin(ratio=0.25)
-"""The margin the kept share assumes before the provider has replied once (the
-final call itself is reserved with the margin learnt by then: if that cannot be
-paid, the run stops without an answer, never over its budget)."""
 MIN_REGULAR = 64
-"""Least output a regular call is granted before the run winds down instead."""
-GROWTH_TOKENS = 256
-"""Prompt tokens a regular call's tool results are assumed to add (kept for)."""
-_NOTE_TOKENS = count_text(str(NOTE["content"])) + 8
+"""Least output a regular call is granted before the run hands back what it found."""
+FINDING_CHARS = 600
+"""The most of one tool result a handed-back answer quotes."""
+FINDINGS_CHARS = 4000
+"""The most a handed-back answer quotes in all (the latest results kept)."""
 _KEY = "orchestra.wind_down"
 """Run metadata: the status and reason of a wind-down under way (its final call
 not yet made), so that a resume makes the same final call."""
@@ -85,9 +81,8 @@ class WindDown:
 
 
 def applies(run: LiveRun) -> bool:
-    """Whether the run winds down: it keeps a reserve, and it has found something
-    (a tool result: before that, a final answer would have nothing to say, so
-    its first calls are reserved as without wind-down)."""
+    """Whether the run winds down: ``wind_down_tokens`` is set, and it has found
+    something (a tool result: before that, there is nothing to hand back)."""
     if not run.state.limits.wind_down_tokens:
         return False
     return tool_ran(run.state.messages)
@@ -138,49 +133,24 @@ def due(run: LiveRun) -> WindDown | None:
     return None
 
 
-def carve_keeping(parent: LiveRun, ask: Limits, now: float) -> Limits | str:
-    """:func:`~orchestra._budget.carve`, keeping ``parent``'s own final call out of
-    what its child may spend (if the parent winds down)."""
-    keep = (0, 0)
-    if parent.state.limits.wind_down_tokens:
-        messages = parent.state.messages
-        prompt = parent.counter.count(messages, parent.agent.tool_specs())
-        margin = parent.runner.margin_for(parent.state.model)
-        keep = final_keep(parent, prompt, len(messages), margin)
-    return carve(parent, ask, now, keep)
-
-
 def regular_grant(
     run: LiveRun, prompt_tokens: int, messages: int, margin: Margin, wanted: int
 ) -> Grant | Exit | WindDown:
-    """The next regular call's reservation, with the final call's share kept for
-    after it; or the run's end, if that leaves it less than :data:`MIN_REGULAR`.
+    """The next regular call's reservation; or, if the budget cannot pay one with
+    at least :data:`MIN_REGULAR` tokens of output, the run's end by the budget
+    (it then hands back what its tools returned: see :func:`hand_back`).
 
-    Two passes: the first finds the most output ``m0`` the budget pays with the
-    final call kept for a reply of no tokens; the second reserves at most
-    ``m0`` with the final call kept for a reply of ``m0`` (never less than its
-    grant needs: what is kept only shrinks as the grant does).
+    Nothing is kept from the regular calls for a final one: a run with budget
+    for another call makes it (it may find what it was asked for), and a run
+    without it has no budget for a final call either.
     """
-    probe = reserve(
-        run,
-        prompt_tokens,
-        messages,
-        margin,
-        wanted,
-        final_keep(run, prompt_tokens, messages, margin),
-    )
-    if isinstance(probe, Exit):
-        return _budget_end(run, probe)
-    _release(run, probe)
-    most = probe.max_tokens
-    keep = final_keep(run, prompt_tokens, messages, margin, most)
-    grant = reserve(run, prompt_tokens, messages, margin, most, keep)
+    grant = reserve(run, prompt_tokens, messages, margin, wanted)
     if isinstance(grant, Exit):
         return _budget_end(run, grant)
     if grant.max_tokens < min(MIN_REGULAR, wanted):
         _release(run, grant)
         return WindDown(Status.BUDGET_EXCEEDED, f"{_which(run)} nearly spent")
-    return attrs.evolve(grant, shrunk=grant.max_tokens < wanted)
+    return grant
 
 
 def _release(run: LiveRun, grant: Grant) -> None:
@@ -200,15 +170,42 @@ def _which(run: LiveRun) -> str:
     return "token budget" if only_tokens else "budget"
 
 
-def final_keep(
-    run: LiveRun, prompt_tokens: int, messages: int, margin: Margin, regular: int = 0
-) -> tuple[int, int]:
-    """What the final call would need after a regular reply of ``regular`` tokens
-    and its results (pico-dollars, tokens): kept out of what else is reserved."""
-    wind = run.state.limits.wind_down_tokens or 0
-    grown = prompt_tokens + regular + GROWTH_TOKENS + _NOTE_TOKENS
-    if margin == FIRST_MARGIN:  # not learnt yet; learnt by the time of the final call
-        margin = KEEP_MARGIN
-    prompt = margin.apply(grown, messages + 3)
-    price = run.runner.price_of(run.state.model)
-    return price.reserved(prompt, wind), prompt + wind
+def hand_back(run: LiveRun, stop: Exit) -> None:
+    """Stop with ``stop``, handing back what the run's tools returned as its
+    partial answer: no model call (there is no budget for one, or the final
+    call could not be paid), written into the transcript as Orchestra's words."""
+    run.state.messages.append({"role": "assistant", "content": findings(run.state.messages, stop)})
+    run.state.answer_partial = True
+    run.finish(attrs.evolve(stop, reason=f"{stop.reason}: handed back what its tools returned"))
+
+
+def findings(messages: Sequence[Mapping[str, Any]], stop: Exit) -> str:
+    """What a run's tools returned, as a partial answer: the latest results first
+    kept, each cut at :data:`FINDING_CHARS`, in all at most :data:`FINDINGS_CHARS`."""
+    calls: dict[str, str] = {}
+    found: list[str] = []
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            calls[call.get("id", "")] = (
+                f"{function.get('name', '?')}({function.get('arguments', '')})"
+            )
+        if message.get("role") == "tool":
+            said = _cut(str(message.get("content", "")), FINDING_CHARS)
+            found.append(f"- {calls.get(message.get('tool_call_id', ''), 'a tool')}: {said}")
+    kept: list[str] = []
+    for line in reversed(found):
+        if sum(map(len, kept)) + len(line) > FINDINGS_CHARS:
+            break
+        kept.insert(0, line)
+    head = f"[Written by Orchestra, not the model: {stop.reason}, so the run stopped before "
+    head += "it could answer.]"
+    if not kept:
+        return f"{head} Its tools returned nothing yet."
+    left = len(found) - len(kept)
+    more = f" ({left} earlier results left out)" if left else ""
+    return f"{head} What its tools returned{more}:\n" + "\n".join(kept)
+
+
+def _cut(text: str, most: int) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"

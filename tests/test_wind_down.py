@@ -69,15 +69,20 @@ async def test_without_wind_down_the_same_run_hands_back_nothing():
     assert result.answer is None and not result.answer_partial
 
 
-async def test_a_budget_winds_down_before_the_final_answer_cannot_be_paid():
-    result = await Runner(provider=Reader()).run(
+async def test_at_its_budgets_end_a_run_hands_back_what_its_tools_returned():
+    provider = Reader()
+    result = await Runner(provider=provider).run(
         reader(max_budget_usd=0.01, wind_down_tokens=100), "q"
     )
     state = result.state
     assert state.status is Status.BUDGET_EXCEEDED and state.answer_partial
-    assert state.reason.startswith("budget nearly spent: wound down to a final answer")
+    assert state.reason == "budget nearly spent: handed back what its tools returned"
     assert state.tree.cost_pico <= (state.limits.budget_pico or 0)
-    assert result.answer and result.answer.startswith("I read ")
+    assert all(r.tools for r in provider.requests)  # no final call: no budget for one
+    answer = result.answer or ""
+    assert answer.startswith("[Written by Orchestra, not the model: budget nearly spent")
+    results = [m["content"] for m in state.messages if m["role"] == "tool"]
+    assert results and all(r[:100] in answer for r in results)
 
 
 async def test_no_wind_down_before_anything_was_found():
@@ -168,7 +173,7 @@ async def test_a_final_reply_past_the_budget_says_so_like_any_reply():
             return attrs.evolve(reply, completion_tokens=100_000)  # ignores max_tokens
 
     result = await Runner(provider=Overspends()).run(
-        reader(max_budget_usd=0.01, wind_down_tokens=100), "q"
+        reader(max_turns=3, max_budget_usd=0.5, wind_down_tokens=100), "q"
     )
     assert result.status is Status.BUDGET_EXCEEDED and not result.answer_partial
     assert (result.state.reason or "").startswith("over budget: ")

@@ -31,12 +31,11 @@ import trio
 from .._agent import Agent
 from .._dispatch import may_park
 from .._exceptions import LeaseLost, RunNotFound, StoreUnreachable
-from .._execute import reopen_state, spawn_child
+from .._execute import carve_child, reopen_state, spawn_child
 from .._run import ChildPending, LiveRun
 from .._runner import Runner
 from .._state import Limits, RunState, Status, Usage
 from .._stores.fence import Fence
-from .._wind_down import carve_keeping
 from ._ledger import PostgresLedger
 from ._threads import (
     StepAbandoned,
@@ -171,9 +170,11 @@ class OnWorkers:
 
     runner: WorkerRunner
 
-    async def carve(self, parent: LiveRun, ask: Limits) -> Limits | str:
-        now = self.runner.now()
-        return await self.runner._ledger.guarded(parent, partial(carve_keeping, parent, ask, now))
+    async def carve(
+        self, parent: LiveRun, call_id: str, child: RunState, agent: Agent
+    ) -> Limits | str:
+        decide = partial(carve_child, parent, call_id, child, agent)
+        return await self.runner._ledger.guarded(parent, decide)
 
     async def reattach(self, parent: LiveRun, child_id: str, agent: Agent) -> LiveRun | None:
         try:

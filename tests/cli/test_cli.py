@@ -109,7 +109,10 @@ def test_with_wind_down_the_runaway_child_hands_back_a_partial_answer(child_budg
     assert stopped
     for child in stopped:
         assert child["status"] in ("budget_exceeded", "max_turns_exceeded")
-        assert child["answer_partial"] and child["answer"].startswith("From what I found")
+        answer = child["answer"]
+        wound = answer.startswith("From what I found")  # a final call (its last turn)
+        handed = answer.startswith("[Written by Orchestra, not the model: budget nearly spent")
+        assert child["answer_partial"] and (wound or handed)
         assert child["tree_cost_usd"] <= child["budget_usd"]
         assert child["answer"] in report["answer"]
 

@@ -61,7 +61,7 @@ def test_run_help_names_the_endpoint_variables_and_fits_80_columns() -> None:
 def test_one_model_call_is_singular() -> None:
     result = CliRunner().invoke(main, ["demo", "runaway", "--max-turns", "1", "--json"])
     report = json.loads(result.stdout)
-    assert report["reason"].endswith("reached: 1 model call")
+    assert report["reason"].endswith("reached: 1 model call of its own")
 
 
 def test_a_child_stopped_after_one_turn_is_singular() -> None:
