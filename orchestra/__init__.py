@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._agent import Agent, ToolPolicy, detailed_errors, generic_errors
     from ._budget import MIN_COMPLETION
+    from ._carving import Carving
     from ._catalog import catalog
     from ._events import Event, EventSink, JsonlSink, fanout
     from ._exceptions import (
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
     from ._instructions import CATALOG_INSTRUCTIONS
     from ._model.margin import FIRST_MARGIN, Calibration, Margin
     from ._model.provider import ChatReply, ChatRequest, OpenAIProvider, Provider
-    from ._carving import Carving
     from ._model.retry import RetryPolicy
     from ._money import Price, PriceTier
     from ._prices import PriceTable
