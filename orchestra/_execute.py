@@ -203,7 +203,7 @@ class _InProcess:
     async def carve(
         self, parent: LiveRun, call_id: str, child: RunState, agent: Agent
     ) -> Limits | str:
-        return carve_child(parent, call_id, child, agent)
+        return carve_child(parent, call_id, child, agent, parent.runner.now())
 
     async def reattach(self, parent: LiveRun, child_id: str, agent: Agent) -> LiveRun | None:
         try:
@@ -268,10 +268,13 @@ async def spawn_child(
     return child_answer(child)
 
 
-def carve_child(parent: LiveRun, call_id: str, child: RunState, agent: Agent) -> Limits | str:
+def carve_child(
+    parent: LiveRun, call_id: str, child: RunState, agent: Agent, now: float
+) -> Limits | str:
     """The limits of ``child``, a run of ``agent``, as its parent's agent carves
-    them (see :mod:`orchestra._fair`)."""
-    return fair_carve(parent, call_id, child, agent.tool_specs(), parent.runner.now())
+    them at ``now`` (see :mod:`orchestra._fair`; synchronous: a worker calls it
+    in a thread, inside a ledger decision)."""
+    return fair_carve(parent, call_id, child, agent.tool_specs(), now)
 
 
 def child_answer(child: LiveRun) -> str:

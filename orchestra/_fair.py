@@ -111,8 +111,12 @@ def fair_carve(
     ask = child.limits
     plan.asked[call_id] = (ask.budget_pico, ask.max_tokens_total)
     limits = carve(parent, _capped(ask, share), now, plan.reserve)
-    if isinstance(limits, Limits):
-        plan.given[call_id] = (limits.budget_pico, limits.max_tokens_total)
+    if not isinstance(limits, Limits):
+        return limits
+    carved = (limits.budget_pico, limits.max_tokens_total)
+    if _short(carved, need):  # its own limits are below one call
+        return _refusal(plan, need, carved)
+    plan.given[call_id] = carved
     return limits
 
 

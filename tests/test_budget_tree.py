@@ -250,6 +250,8 @@ def test_with_wind_down_no_node_spends_past_its_budget_and_partial_answers_are_a
     for node in result.walk():
         state = node.state
         assert state.limits.wind_down_tokens == wind  # carved down the tree
+        if state.parent_id is not None:  # a child started could make a call
+            assert state.turns >= 1 or state.status is not Status.BUDGET_EXCEEDED, state.reason
         assert state.tree.cost_pico <= (state.limits.budget_pico or 0)
         if state.answer_partial:
             assert state.status is not Status.COMPLETED and state.answer

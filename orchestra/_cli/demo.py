@@ -81,9 +81,8 @@ def _sandbox(directory: str | None) -> Path:
     "--max-turns",
     type=TURNS,
     default=None,
-    help="Model calls for the whole tree. [default: 20; slow_tree: 3 + 3 per child: two "
-    "replies each and one spare for a call a crash or a dropped stream cut, and one "
-    "more so that the root's last regular call is not its wind-down]",
+    help="Model calls of the root run (each research child has --child-turns). "
+    "[default: 20; slow_tree: 3 + 3 per child]",
 )
 @click.option(
     "--child-budget",

@@ -173,7 +173,7 @@ class OnWorkers:
     async def carve(
         self, parent: LiveRun, call_id: str, child: RunState, agent: Agent
     ) -> Limits | str:
-        decide = partial(carve_child, parent, call_id, child, agent)
+        decide = partial(carve_child, parent, call_id, child, agent, self.runner.now())
         return await self.runner._ledger.guarded(parent, decide)
 
     async def reattach(self, parent: LiveRun, child_id: str, agent: Agent) -> LiveRun | None:
