@@ -28,6 +28,7 @@ from ._fair import fair_carve, give_back
 from ._loop import charge_lost_stream, drive
 from ._result import RunResult, stop_sentence
 from ._run import ChildWaiting, Exit, Host, LiveRun
+from ._shape import running_slot
 from ._state import Interruption, InterruptionKind, LimitRaise, Limits, RunState, Status, Usage
 from ._storable import problem
 
@@ -262,9 +263,12 @@ async def spawn_child(
         child = LiveRun(state=state, agent=agent, runner=runner, parent=parent)
         await where.open(parent, child, bind=child_id is None)
     parent.children.append(child)
-    await where.run(child)
     if where is IN_PROCESS:
+        async with running_slot(parent):
+            await where.run(child)
         give_back(parent, child)
+    else:
+        await where.run(child)
     return child_answer(child)
 
 

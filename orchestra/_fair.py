@@ -33,6 +33,7 @@ from ._model.margin import Margin
 from ._model.tokens import MessageCounter
 from ._money import to_usd
 from ._run import LiveRun
+from ._shape import depth_refusal, inherit, room
 from ._state import Limits, RunState, Status
 
 __all__ = ["Plan", "answer_reserve", "fair_carve", "first_call_need", "give_back"]
@@ -56,6 +57,8 @@ class Plan:
     """Calls still to carve, in call order, with their weights."""
     refused: dict[str, _Pair]
     """Calls whose children are not started, with the share they would have had."""
+    shaped: dict[str, str] = attrs.Factory(dict)
+    """Calls whose children are not started for a limit on the tree's shape, and why."""
     pool: _Pair
     reserve: tuple[int, int]
     need: tuple[int, int]
@@ -96,6 +99,8 @@ def fair_carve(
     """The limits of the child ``child`` (not started yet) for ``call_id``, or why
     it is not started (see the module's docstring)."""
     plan = _plan_for(parent, call_id, child, tools)
+    if call_id in plan.shaped:
+        return plan.shaped[call_id]
     need = first_call_need(parent, child, tools)
     if parent.agent.carving.split == "as_left":
         share = _pool(parent, plan.reserve)
@@ -110,7 +115,7 @@ def fair_carve(
     plan.weights.pop(call_id, None)
     ask = child.limits
     plan.asked[call_id] = (ask.budget_pico, ask.max_tokens_total)
-    limits = carve(parent, _capped(ask, share), now, plan.reserve)
+    limits = carve(parent, inherit(parent, _capped(ask, share)), now, plan.reserve)
     if not isinstance(limits, Limits):
         return limits
     carved = (limits.budget_pico, limits.max_tokens_total)
@@ -178,6 +183,7 @@ def _plan_for(
         reserve=reserve,
         need=first_call_need(parent, child, tools),
     )
+    _shape(plan, parent)
     if parent.agent.carving.split == "equal":
         _admit(plan)
     parent.plans.append(plan)
@@ -188,9 +194,26 @@ def _plan_of(parent: LiveRun, call_id: str) -> Plan | None:
     """The plan that holds ``call_id``, if one was made."""
     plans: list[Plan] = parent.plans
     for plan in plans:
-        if call_id in plan.weights or call_id in plan.refused or call_id in plan.given:
+        held = (plan.weights, plan.refused, plan.given, plan.shaped)
+        if any(call_id in calls for calls in held):
             return plan
     return None
+
+
+def _shape(plan: Plan, parent: LiveRun) -> None:
+    """Refuse the calls over a limit on the tree's shape (the last ones, in call
+    order): their shares go to the others."""
+    why = depth_refusal(parent)
+    if why is not None:
+        over = list(plan.weights)
+    else:
+        bound = room(parent)
+        if bound is None or bound[0] >= len(plan.weights):
+            return
+        over, why = list(plan.weights)[max(bound[0], 0) :], bound[1]
+    for call_id in over:
+        plan.weights.pop(call_id)
+        plan.shaped[call_id] = f"{why} (the run goes on with what it has)"
 
 
 def _reply_calls(parent: LiveRun, call_id: str) -> tuple[int, list[tuple[str, float]]]:

@@ -201,6 +201,8 @@ class LiveRun:
     parked: bool = False
     """Whether a call of this step waits for a child run executing elsewhere
     (:class:`ChildPending`): the step ends with the call pending."""
+    child_slots: trio.Semaphore | None = None
+    """Held by each child running (``Limits.max_concurrent_children``; made on first use)."""
     plans: list[Any] = attrs.Factory(list)
     """How the children of this run's replies share its budget (:class:`orchestra._fair.Plan`;
     in memory only: a run taken up again plans the children it has not started)."""

@@ -207,13 +207,24 @@ class Limits:
     deadline: float | None = None
     max_tokens_total: int | None = None
     wind_down_tokens: int | None = None
+    max_depth: int | None = None
+    """Levels of runs below this one (0: it starts no children); a child gets one
+    level fewer (or what it asks, if less)."""
+    max_children: int | None = None
+    """Children this run may start (each of its replies' calls over it is told so);
+    a child gets the same bound unless it asks for less."""
+    max_descendants: int | None = None
+    """Runs this run's whole tree may hold below it (checked on every ancestor)."""
+    max_concurrent_children: int | None = None
+    """Children of this run running at once (in this process; the others wait)."""
 
     def __attrs_post_init__(self) -> None:
-        names = ("max_turns", "max_budget_usd", "timeout_s", "max_tokens_total", "wind_down_tokens")
-        for name in names:
+        for name in _LIMIT_NAMES:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ConfigError(f"Limits.{name} must be >= 0, got {value}")
+        if self.max_concurrent_children == 0:
+            raise ConfigError("Limits.max_concurrent_children must be >= 1 (None: unbounded)")
 
     def to_dict(self) -> dict[str, float | None]:
         """The fields as a dict (what ``attrs.asdict`` gives, built without its walk)."""
@@ -224,7 +235,16 @@ class Limits:
             "deadline": self.deadline,
             "max_tokens_total": self.max_tokens_total,
             "wind_down_tokens": self.wind_down_tokens,
+            "max_depth": self.max_depth,
+            "max_children": self.max_children,
+            "max_descendants": self.max_descendants,
+            "max_concurrent_children": self.max_concurrent_children,
         }
+
+    def shape(self) -> dict[str, int]:
+        """The limits on the tree's shape that are set (for display)."""
+        given = {name: getattr(self, name) for name in SHAPE_LIMITS}
+        return {name: value for name, value in given.items() if value is not None}
 
     @property
     def budget_pico(self) -> int | None:
@@ -239,6 +259,22 @@ class Limits:
         if self.deadline is not None:
             deadline = min(deadline, self.deadline)
         return attrs.evolve(self, timeout_s=None, deadline=deadline)
+
+
+_LIMIT_NAMES = (
+    "max_turns",
+    "max_budget_usd",
+    "timeout_s",
+    "max_tokens_total",
+    "wind_down_tokens",
+    "max_depth",
+    "max_children",
+    "max_descendants",
+    "max_concurrent_children",
+)
+SHAPE_LIMITS = ("max_depth", "max_children", "max_descendants", "max_concurrent_children")
+"""The limits on a tree's shape: saved only when set, so a state without them
+reads in a version that does not know them."""
 
 
 @attrs.frozen(kw_only=True)

@@ -97,6 +97,37 @@ tokens_option = click.option(
     help="Tokens (prompt + completion) for the whole tree; needs no prices.",
 )
 
+shape_options = [
+    click.option(
+        "--max-depth",
+        type=count(10**6),
+        default=None,
+        metavar="N",
+        help="Levels of runs below the root (0: no children).",
+    ),
+    click.option(
+        "--max-children",
+        type=count(10**6),
+        default=None,
+        metavar="N",
+        help="Children each run may start; a call over it is told why, and the run goes on.",
+    ),
+    click.option(
+        "--max-descendants",
+        type=count(10**6),
+        default=None,
+        metavar="N",
+        help="Runs the whole tree may hold below the root.",
+    ),
+    click.option(
+        "--max-concurrent-children",
+        type=click.IntRange(1, 10**6),
+        default=None,
+        metavar="N",
+        help="Children of one run running at once (the others wait).",
+    ),
+]
+
 money_options = bundled(
     "money",
     Money,
@@ -211,6 +242,10 @@ class TreeOptions:
     timeout: float | None
     max_tokens_total: int | None
     wind_down: int
+    max_depth: int | None
+    max_children: int | None
+    max_descendants: int | None
+    max_concurrent_children: int | None
     money: Money
     dedupe: bool
     mcp_commands: tuple[str, ...]
@@ -242,6 +277,7 @@ tree_options = bundled(
             help="Output tokens each run keeps for a final answer: at a limit (budget, "
             "last turn, deadline) it answers from what it has, marked partial. 0: off.",
         ),
+        *shape_options,
         click.option(
             "--dedupe", is_flag=True, help="Answer repeated read-only calls from the transcript."
         ),

@@ -46,6 +46,10 @@ def limits(max_turns: int | None, tree: TreeOptions) -> Limits:
         timeout_s=tree.timeout,
         max_tokens_total=tree.max_tokens_total,
         wind_down_tokens=tree.wind_down or None,
+        max_depth=tree.max_depth,
+        max_children=tree.max_children,
+        max_descendants=tree.max_descendants,
+        max_concurrent_children=tree.max_concurrent_children,
     )
 
 
