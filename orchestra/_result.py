@@ -91,6 +91,8 @@ class RunResult:
             "budget_tokens": s.limits.max_tokens_total,
             "budget_left_usd": _left(s.limits.max_budget_usd, self.tree_cost_usd),
             "tokens_left": _left(s.limits.max_tokens_total, s.tree.tokens),
+            "max_turns": s.limits.max_turns,
+            "shape_limits": s.limits.shape(),
             "answer": self.answer,
             "answer_partial": s.answer_partial,
             "output": s.output,

@@ -48,7 +48,7 @@ def print_tree(report: dict[str, Any]) -> None:
 def _footer(report: dict[str, Any]) -> Iterator[Text]:
     from rich.text import Text
 
-    from .text import budget_usd, duration, status_text, token_details, tokens, usd
+    from .text import budget_usd, duration, shape_words, status_text, token_details, tokens, usd
 
     if report["answer"]:
         label = "answer (partial, at a limit): " if report.get("answer_partial") else "answer: "
@@ -71,6 +71,9 @@ def _footer(report: dict[str, Any]) -> Iterator[Text]:
     if report.get("budget_tokens") is not None:
         spent += f" of {tokens(report['budget_tokens'])} ({tokens(report['tokens_left'])} left)"
     yield Text(spent)
+    shape = shape_words(report.get("shape_limits") or {})
+    if shape:
+        yield Text(f"tree shape: {shape}")
     reused = sum(node.get("deduplicated_calls", 0) for node in _walk(report))
     if reused:
         calls = "1 repeated call" if reused == 1 else f"{reused} repeated calls"

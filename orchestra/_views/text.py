@@ -23,6 +23,7 @@ __all__ = [
     "console",
     "duration",
     "runs_lines",
+    "shape_words",
     "short_id",
     "status_text",
     "token_details",
@@ -366,3 +367,19 @@ def runs_lines(runs: Sequence[dict[str, Any]], width: int) -> list[Text]:
         for r in runs
     ]
     return table(RUNS_HEADERS, {3, 4, 5, 6}, rows, width, droppable=(6, 4))
+
+
+_SHAPE_WORDS = {
+    "max_depth": "{} level(s) below the root",
+    "max_children": "{} children per run",
+    "max_descendants": "{} runs in the tree",
+    "max_concurrent_children": "{} children of a run at once",
+}
+
+
+def shape_words(shape: dict[str, int]) -> str:
+    """The limits on a tree's shape, in words: ``at most 2 children per run, ...``."""
+    said = [
+        _SHAPE_WORDS[name].format(value) for name, value in shape.items() if name in _SHAPE_WORDS
+    ]
+    return "at most " + ", ".join(said) if said else ""

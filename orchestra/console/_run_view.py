@@ -9,7 +9,15 @@ every update that does not change the form.
 from __future__ import annotations
 
 from .._state import RunState, Usage
-from .._views.text import budget_usd, duration, short_id, token_details, tokens, usd
+from .._views.text import (
+    budget_usd,
+    duration,
+    shape_words,
+    short_id,
+    token_details,
+    tokens,
+    usd,
+)
 from ._actions_view import actions_html
 from ._events_view import events_html
 from ._html import Child, Html, h
@@ -131,6 +139,7 @@ def _summary(snap: TreeSnapshot) -> Html:
     facts = [
         _spent(root, tree),
         _calls(root, tree, len(snap.spent)),
+        _shape(root),
         _ran(snap),
         _where(snap),
         _continues(root),
@@ -164,11 +173,19 @@ def _spent(root: RunState, tree: Usage) -> str:
 
 
 def _calls(root: RunState, tree: Usage, runs: int) -> str:
-    limit = root.limits.max_turns
+    """The tree's model calls, and the root's own against its turn limit (a run's own)."""
     calls = tree.model_calls
-    said = f"{calls} model call{'' if calls == 1 else 's'}"
-    said += f" of {limit}" if limit is not None else ""
-    return said + f" in {runs} run{'' if runs == 1 else 's'}"
+    said = f"{calls} model call{'' if calls == 1 else 's'} in {runs} run{'' if runs == 1 else 's'}"
+    limit = root.limits.max_turns
+    if limit is not None:
+        said += f" (the root's own: {root.own.model_calls} of {limit})"
+    return said
+
+
+def _shape(root: RunState) -> str | None:
+    """The limits on the tree's shape, if any are set."""
+    said = shape_words(root.limits.shape())
+    return f"tree shape: {said}" if said else None
 
 
 def _ran(snap: TreeSnapshot) -> str | None:
