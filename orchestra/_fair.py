@@ -1,19 +1,20 @@
 """Fair carving: the children one reply starts share what their parent can give.
 
-When a reply of a run starts children (agent tools, or tools that call
-``ctx.run_child``), the first of them to start fixes a :class:`Plan` for the
-reply: the *pool* is what the run has left (USD and tokens, the least over
-it and its ancestors) less its own answer's reserve (:func:`answer_reserve`:
-the prompt of its next call, grown by what the children may return, and
-``Carving.answer_tokens`` of output). Under the ``equal`` split each child's
-share of the pool is in proportion to its weight; its limits are then the
-least of its share, its own limits and what the run has left less the
-reserve (:func:`~orchestra._budget.carve`). Shares are caps, not holds: the
-spend of every child rolls up to the run as it happens, and no share is
-larger than what the shares before it left, so no sibling can take another's.
+When a reply of a run starts children (agent tools, or tools marked
+``Tool(spawns=True)`` that call ``ctx.run_child``), the first of them to start
+fixes a :class:`Plan` for the reply: the *pool* is what the run has left (USD
+and tokens, the least over it and its ancestors) less its own answer's reserve
+(:func:`answer_reserve`: the prompt of its next call, grown by what the
+children may return, and ``Carving.answer_tokens`` of output). Under the
+``equal`` split each child's share of the pool is in proportion to its weight;
+its limits are then the least of its share, its own limits and what the run
+has left less the reserve (:func:`~orchestra._budget.carve`). Shares are caps,
+not holds: the spend of every child rolls up to the run as it happens, and no
+share is larger than what the shares before it left, so no sibling can take
+another's.
 
-A child whose share cannot pay one call (its first prompt, counted and
-widened by the margin, plus :data:`~orchestra._budget.MIN_COMPLETION` tokens of
+A child whose share cannot pay one call (its first prompt, counted and widened
+by the margin, plus :data:`~orchestra._budget.MIN_COMPLETION` tokens of
 output) is not started: the plan admits, in call order, as many children as
 the pool pays one call each for, and a refused child's share goes to those
 after it. A child that ends gives back what it did not spend: to the run, at
@@ -242,7 +243,8 @@ def _name(call: dict[str, Any]) -> str:
 def _starts_child(parent: LiveRun, call: dict[str, Any], bound: Mapping[str, str]) -> bool:
     """Whether ``call`` starts a child not started yet (an agent tool's call, not bound)."""
     tool = parent.agent.tool(_name(call))
-    return tool is not None and tool.agent is not None and call["id"] not in bound
+    spawns = tool is not None and (tool.spawns or tool.agent is not None)
+    return spawns and call["id"] not in bound
 
 
 def _pool(parent: LiveRun, reserve: tuple[int, int]) -> _Pair:

@@ -134,6 +134,10 @@ class Tool:
     agent: Any = attrs.field(default=None, eq=False, repr=False)
     """For a tool made by :meth:`Agent.as_tool`: the agent each call runs as a
     child (so a worker of another process can find it by name)."""
+    spawns: bool = False
+    """Its calls start a child run (``ctx.run_child``): the calls of one reply
+    to such tools share their run's budget (see :class:`~orchestra.Carving`).
+    Tools made by :meth:`Agent.as_tool` do, whatever this says."""
     _validator: jsonschema.Draft202012Validator = attrs.field(init=False, repr=False, eq=False)
     _surely_valid: Callable[[dict[str, Any]], bool] | None = attrs.field(
         init=False, repr=False, eq=False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import attrs
 import trio
 import trio.testing
 from hypothesis import HealthCheck, given, settings
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from orchestra import (
     Agent,
+    Carving,
     ChatReply,
     ChatRequest,
     Limits,
@@ -202,6 +204,7 @@ def tree_agent() -> Agent:
         function=spawn,
         read_only=True,
         takes_context=True,
+        spawns=True,
         parameters={
             "type": "object",
             "properties": {"spec": {"type": "string"}},
@@ -258,3 +261,56 @@ def test_with_wind_down_no_node_spends_past_its_budget_and_partial_answers_are_a
             last = state.messages[-1]["content"]
             handed = last.startswith("[Written by Orchestra, not the model: ")
             assert handed or state.messages[-2]["role"] == "system"  # the wind-down's note
+
+
+# -- property: fair carving and shape limits over random trees ------------------
+
+carving = st.builds(
+    Carving,
+    split=st.sampled_from(["equal", "as_left"]),
+    answer_tokens=st.sampled_from([0, 64, 128]),
+)
+shape = st.builds(
+    Limits,
+    max_depth=st.none() | st.integers(0, 3),
+    max_children=st.none() | st.integers(0, 3),
+    max_descendants=st.none() | st.integers(0, 6),
+    max_concurrent_children=st.none() | st.integers(1, 2),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=node_spec, root_budget=st.floats(0.0, 0.03), policy=carving, limits=shape)
+def test_fair_carving_and_shape_limits_hold_on_random_trees(spec, root_budget, policy, limits):
+    events: list[Any] = []
+
+    async def main() -> RunResult:
+        runner = Runner(provider=TreeModel(), sink=events.append)
+        agent = attrs.evolve(tree_agent(), carving=policy)
+        given = attrs.evolve(limits, max_budget_usd=root_budget, max_turns=200)
+        return await runner.run(agent, json.dumps(spec), limits=given)
+
+    result = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert result.state.tree.cost_pico <= from_usd(root_budget)
+    assert_tree_sums(result)  # no node past its budget, on every path to the root
+    carved = {
+        e.run_id: from_usd(e.data["limits"]["max_budget_usd"] or 0.0)
+        for e in events
+        if e.type == "run_started"
+    }
+    for node in result.walk():
+        state = node.state
+        if state.parent_id is not None:  # every child started could make a call
+            assert state.turns >= 1 or state.status is not Status.BUDGET_EXCEEDED, state.reason
+        depth = 0 if limits.max_depth is None else limits.max_depth
+        assert limits.max_depth is None or _levels(node) <= depth
+        if limits.max_children is not None:
+            assert len(node.children) <= limits.max_children
+        if policy.split == "equal" and node.children:  # shares never add past the parent
+            assert sum(carved[c.run_id] for c in node.children) <= carved[node.run_id]
+    runs = sum(1 for _ in result.walk())
+    assert limits.max_descendants is None or runs - 1 <= limits.max_descendants
+
+
+def _levels(node: RunResult) -> int:
+    return 1 + max((_levels(c) for c in node.children), default=-1)
