@@ -129,9 +129,18 @@ def _usd_cap(run: LiveRun, price: Price, prompt: int, keep: int = 0) -> int | Ex
         return _overspent(run)
     needed = to_usd(price.reserved(prompt, MIN_COMPLETION))
     return _budget_exit(
-        f"budget: ${to_usd(available):.6f} left, the next call needs at least ${needed:.6f} "
-        f"({prompt} prompt tokens reserved + {MIN_COMPLETION} output)"
+        f"budget{_whose(run, 'usd')}: ${to_usd(available):.6f} left, the next call needs at "
+        f"least ${needed:.6f} ({prompt} prompt tokens reserved + {MIN_COMPLETION} output)"
     )
+
+
+def _whose(run: LiveRun, kind: str) -> str:
+    """Whose budget stops ``run``: nothing for its own, else the ancestor's, named
+    (a budget counts the whole tree of the run that has it)."""
+    node = run.tightest(kind)
+    if node is None or node is run:
+        return ""
+    return f" of ancestor run {node.state.run_id} (its whole tree)"
 
 
 def _token_cap(run: LiveRun, prompt: int, keep: int = 0) -> int | Exit | None:
@@ -146,8 +155,9 @@ def _token_cap(run: LiveRun, prompt: int, keep: int = 0) -> int | Exit | None:
     if available < 0:
         return _overspent(run)
     return _budget_exit(
-        f"token budget: {available} tokens left, the next call needs at least "
-        f"{prompt + MIN_COMPLETION} ({prompt} prompt tokens reserved + {MIN_COMPLETION} output)"
+        f"token budget{_whose(run, 'tokens')}: {available} tokens left, the next call needs "
+        f"at least {prompt + MIN_COMPLETION} ({prompt} prompt tokens reserved + "
+        f"{MIN_COMPLETION} output)"
     )
 
 

@@ -249,6 +249,12 @@ class LiveRun:
         left = self._left(_pico_left)
         return None if left is None else left[0]
 
+    def tightest(self, kind: str) -> LiveRun | None:
+        """The run of the lineage whose budget (``"usd"`` or ``"tokens"``) leaves the
+        least (None: unbounded): whose budget a stop names."""
+        left = self._left(_pico_left if kind == "usd" else _tokens_left)
+        return None if left is None else left[1]
+
     def available_tokens(self) -> int | None:
         """Tokens this run may still commit under its and its ancestors' token budgets."""
         left = self._left(_tokens_left)
