@@ -102,6 +102,11 @@ def fair_carve(
     plan = _plan_for(parent, call_id, child, tools)
     if call_id in plan.shaped:
         return plan.shaped[call_id]
+    bound = room(parent)  # again: children of other replies may have started since
+    if bound is not None and bound[0] <= 0:
+        plan.weights.pop(call_id, None)
+        plan.shaped[call_id] = f"{bound[1]} (the run goes on with what it has)"
+        return plan.shaped[call_id]
     need = first_call_need(parent, child, tools)
     if parent.agent.carving.split == "as_left":
         share = _pool(parent, plan.reserve)

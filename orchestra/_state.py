@@ -241,6 +241,15 @@ class Limits:
             "max_concurrent_children": self.max_concurrent_children,
         }
 
+    def saved(self) -> dict[str, float | None]:
+        """The fields as saved: those on the tree's shape only when set (a state that
+        sets none reads in a version that does not know them)."""
+        data = self.to_dict()
+        for name in SHAPE_LIMITS:
+            if data[name] is None:
+                del data[name]
+        return data
+
     def shape(self) -> dict[str, int]:
         """The limits on the tree's shape that are set (for display)."""
         given = {name: getattr(self, name) for name in SHAPE_LIMITS}

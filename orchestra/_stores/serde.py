@@ -14,7 +14,7 @@ import orjson
 
 from .._exceptions import SchemaVersionError, StateError
 from .._redact import redact
-from .._state import SCHEMA_VERSION, SHAPE_LIMITS, Limits, RunState
+from .._state import SCHEMA_VERSION, Limits, RunState
 
 __all__ = ["state_from_dict", "state_from_json", "state_to_dict", "state_to_json"]
 
@@ -23,17 +23,7 @@ _converter = cattrs.Converter(forbid_extra_keys=True)
 _converter.register_unstructure_hook_func(lambda t: t == list[dict[str, Any]], lambda value: value)
 
 
-def _limits_data(limits: Limits) -> dict[str, Any]:
-    """A run's limits, those on the tree's shape only when set (a state that sets
-    none reads in a version that does not know them)."""
-    data: dict[str, Any] = limits.to_dict()
-    for name in SHAPE_LIMITS:
-        if data[name] is None:
-            del data[name]
-    return data
-
-
-_converter.register_unstructure_hook(Limits, _limits_data)
+_converter.register_unstructure_hook(Limits, Limits.saved)
 
 
 def state_to_dict(state: RunState) -> dict[str, Any]:

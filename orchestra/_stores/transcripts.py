@@ -48,7 +48,7 @@ def head_json(state: RunState) -> str:
         "reason": redact(s.reason),
         "error": None if s.error is None else redact(s.error),
         "interruption": _interruption(s.interruption),
-        "limits": s.limits.to_dict(),
+        "limits": s.limits.saved(),
         "limit_raises": [_raise(r) for r in s.limit_raises],
         "own": s.own.to_dict(),
         "tree": s.tree.to_dict(),
@@ -91,8 +91,8 @@ def _interruption(value: Interruption | None) -> dict[str, Any] | None:
 def _raise(value: LimitRaise) -> dict[str, Any]:
     return {
         "at": value.at,
-        "before": value.before.to_dict(),
-        "after": value.after.to_dict(),
+        "before": value.before.saved(),
+        "after": value.after.saved(),
         "note": value.note,
     }
 
