@@ -10,12 +10,13 @@ can tear it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import sys
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 import attrs
@@ -183,6 +184,15 @@ class Children(Protocol):
         or why it is not started."""
         ...
 
+    def admission(
+        self, parent: LiveRun, call_id: str
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """Held while a new child of ``parent`` for ``call_id`` is carved and bound:
+        where children run elsewhere, the turn of a child over its parent's
+        ``max_concurrent_children`` (it waits, or raises :class:`ChildPending` with
+        a running sibling's id: the call parks until the running ones end)."""
+        ...
+
     async def reattach(self, parent: LiveRun, child_id: str, agent: Agent) -> LiveRun | None:
         """The saved child bound to a call of ``parent``; None if it was never saved."""
         ...
@@ -206,6 +216,11 @@ class _InProcess:
     ) -> Limits | str:
         return carve_child(parent, call_id, child, agent, parent.runner.now())
 
+    def admission(
+        self, parent: LiveRun, call_id: str
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        return _admitted()  # in this process, a child waits for a slot as it runs
+
     async def reattach(self, parent: LiveRun, child_id: str, agent: Agent) -> LiveRun | None:
         try:
             return load_live(parent.runner, child_id, agent, parent)
@@ -222,6 +237,11 @@ class _InProcess:
         if child.state.status in (Status.RUNNING, Status.INTERRUPTED):
             reopen(child, None, "")
             await execute(child)
+
+
+@contextlib.asynccontextmanager
+async def _admitted() -> AsyncIterator[None]:
+    yield
 
 
 IN_PROCESS: Children = _InProcess()
@@ -253,15 +273,16 @@ async def spawn_child(
     child_id = parent.state.children.get(call_id)
     child = None if child_id is None else await where.reattach(parent, child_id, agent)
     if child is None:
-        state = new_state(agent, task, limits or agent.limits, parent, call_id, child_id)
-        carved = await where.carve(parent, call_id, state, agent)
-        if isinstance(carved, str):
-            if child_id is None:
-                return f"{agent.name} was not started: {carved}."
-            carved = Limits(max_turns=0, max_budget_usd=0.0)  # bound already: ends at once
-        state.limits = carved
-        child = LiveRun(state=state, agent=agent, runner=runner, parent=parent)
-        await where.open(parent, child, bind=child_id is None)
+        async with where.admission(parent, call_id):
+            state = new_state(agent, task, limits or agent.limits, parent, call_id, child_id)
+            carved = await where.carve(parent, call_id, state, agent)
+            if isinstance(carved, str):
+                if child_id is None:
+                    return f"{agent.name} was not started: {carved}."
+                carved = Limits(max_turns=0, max_budget_usd=0.0)  # bound already: ends at once
+            state.limits = carved
+            child = LiveRun(state=state, agent=agent, runner=runner, parent=parent)
+            await where.open(parent, child, bind=child_id is None)
     parent.children.append(child)
     if where is IN_PROCESS:
         async with running_slot(parent):

@@ -4,8 +4,8 @@ how many runs a tree holds, how many children run at once.
 ``Limits.max_depth``, ``max_children``, ``max_descendants`` and
 ``max_concurrent_children`` (see :class:`~orchestra.Limits`). A call that
 would start a child over one of them is told so in words (its tool result)
-and the run goes on; a child waiting for a concurrency slot just waits (in
-this process: children on workers are not held back by it).
+and the run goes on; a child over the concurrency cap waits for a slot (on
+workers its parent's call parks until the running children have ended).
 """
 
 from __future__ import annotations

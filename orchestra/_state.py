@@ -216,7 +216,8 @@ class Limits:
     max_descendants: int | None = None
     """Runs this run's whole tree may hold below it (checked on every ancestor)."""
     max_concurrent_children: int | None = None
-    """Children of this run running at once (in this process; the others wait)."""
+    """Children of this run running at once (the others wait; on workers the
+    parent's call parks until the running ones have ended)."""
 
     def __attrs_post_init__(self) -> None:
         for name in _LIMIT_NAMES:

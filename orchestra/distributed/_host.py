@@ -21,7 +21,9 @@ workflow id: a no-op if it is still queued or running).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import weakref
+from collections.abc import AsyncIterator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -164,11 +166,38 @@ class WorkerRunner(Runner):
         return cast("PostgresStore", self.store)
 
 
+_STARTING: weakref.WeakKeyDictionary[LiveRun, trio.Lock] = weakref.WeakKeyDictionary()
+"""One lock per parent run (in this process): its children over a concurrency cap
+are admitted, carved and bound one at a time."""
+
+
 @attrs.frozen
 class OnWorkers:
     """Children queued to workers: carved in the ledger, awaited in the store."""
 
     runner: WorkerRunner
+
+    @contextlib.asynccontextmanager
+    async def admission(self, parent: LiveRun, call_id: str) -> AsyncIterator[None]:
+        """Admit a new child of ``parent`` under its ``max_concurrent_children``:
+        with that many running (in the store), a call that may park raises
+        :class:`ChildPending` (the parent parks until they have ended, then
+        starts this one), any other waits. Children are admitted one at a time
+        (a lock per parent, held until the child is bound and saved)."""
+        cap = parent.state.limits.max_concurrent_children
+        if cap is None:
+            yield
+            return
+        lock = _STARTING.setdefault(parent, trio.Lock())
+        async with lock:
+            while True:
+                running = await in_thread(self.runner._store.running_children, parent.state.run_id)
+                if len(running) < cap:
+                    break
+                if may_park(parent, call_id):
+                    raise ChildPending(running[0])
+                await trio.sleep(WAIT_POLL_S)
+            yield
 
     async def carve(
         self, parent: LiveRun, call_id: str, child: RunState, agent: Agent

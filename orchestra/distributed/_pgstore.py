@@ -413,6 +413,16 @@ class PostgresStore(SQLStore):
             )
         return True
 
+    def running_children(self, run_id: str) -> list[str]:
+        """The ids of ``run_id``'s children that are running, in id order."""
+        rows = self._read(
+            f"find the running children of {run_id!r}",
+            "SELECT run_id FROM runs WHERE parent_id = ? AND status = ? ORDER BY run_id",
+            run_id,
+            Status.RUNNING.value,
+        )
+        return [row[0] for row in rows]
+
     def wake(self, run_id: str) -> int | None:
         """Unpark ``run_id`` if it is parked, running and none of its children
         runs any longer; its new attempt (queue it under that), or None."""

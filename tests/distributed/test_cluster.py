@@ -132,6 +132,29 @@ def test_a_tight_budget_holds_for_a_tree_spread_over_workers(
         assert s.tree.cost_pico <= s.limits.budget_pico, s.run_id
 
 
+def test_children_over_max_concurrent_children_wait_for_a_slot_on_workers(
+    pg_url: str, tmp_path: Path, sandbox: Path, env: dict[str, str]
+) -> None:
+    recipe = Recipe(directory=str(sandbox), scenario="slow_tree", child_budget=0.01, child_turns=4)
+    agent = recipe.agent(Limits(max_turns=20, max_budget_usd=0.2, max_concurrent_children=2))
+    with workers(pg_url, tmp_path, 2, env), Cluster(pg_url) as cluster:
+        root = submit(cluster, agent, "Scan the archives, children=5.", metadata=recipe.metadata())
+        wait_until(lambda: finished(cluster, root), TREE_S, "the tree")
+        states = cluster.store.tree(root)
+        events = cluster.store.events(root_id=root)
+    assert len(states) == 6 and {s.status for s in states} == {Status.COMPLETED}
+    spans: dict[str, list[float]] = {}
+    for event in events:
+        if event["run_id"] != root and event["type"] in ("run_started", "run_stopped"):
+            spans.setdefault(event["run_id"], []).append(event["at"])
+    edges = sorted((at, +1 if i == 0 else -1) for ats in spans.values() for i, at in enumerate(ats))
+    running = most = 0
+    for _, step in edges:
+        running += step
+        most = max(most, running)
+    assert len(spans) == 5 and most <= 2, spans
+
+
 def test_one_cancel_stops_a_three_worker_tree_within_a_second(
     pg_url: str, tmp_path: Path, env: dict[str, str]
 ) -> None:
