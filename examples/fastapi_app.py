@@ -37,7 +37,7 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
-from orchestra import MemoryStore, OpenAIProvider, Runner, aio
+from orchestra import MemoryStore, OpenAIProvider, Runner, RunNotFound, aio
 from orchestra.testing import ScriptedTransport, demo_agent, demo_task, make_sandbox
 
 SCENARIOS = ("plan", "research", "slow_tree", "destructive")
@@ -63,6 +63,7 @@ class Service:
         return self.trees[run_id][0]
 
 
+CHILDREN = 19
 service = Service()
 app = FastAPI(title="Orchestra trees")
 
@@ -145,9 +146,9 @@ async def served(port: int) -> AsyncIterator[Any]:
 
 async def try_it(port: int) -> int:
     async with served(port) as client:
-        started = await client.post("/runs", json={"scenario": "slow_tree", "children": 19})
+        started = await client.post("/runs", json={"scenario": "slow_tree", "children": CHILDREN})
         run_id = started.json()["run_id"]
-        await asyncio.sleep(1.0)  # the children are inside their scans
+        await scanning(run_id, CHILDREN)
         began = time.perf_counter()
         stopped = (await client.post(f"/runs/{run_id}/cancel")).json()
         took_ms = (time.perf_counter() - began) * 1000
@@ -155,7 +156,22 @@ async def try_it(port: int) -> int:
     statuses = {r["status"] for r in runs}
     print(f"slow_tree over HTTP: {len(runs)} runs, all {', '.join(sorted(statuses))}")
     print(f"POST /runs/{{id}}/cancel answered with the stopped tree in {took_ms:.1f} ms")
-    return 0 if len(runs) == 20 and statuses == {"interrupted"} and took_ms < 200 else 1
+    return 0 if len(runs) == CHILDREN + 1 and statuses == {"interrupted"} and took_ms < 200 else 1
+
+
+async def scanning(run_id: str, children: int, limit_s: float = 60.0) -> None:
+    """Wait until every child of the tree is inside its scan (its first reply
+    saved), however slowly a loaded machine starts them."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(RunNotFound):  # its root is saved at its first step
+            kids = [s for s in service.runner.store.tree(run_id) if s.parent_id is not None]
+            if len(kids) == children and all(k.turns >= 1 for k in kids):
+                return
+        await asyncio.sleep(0.02)
+    raise SystemExit(
+        f"timed out after {limit_s:g} s waiting for {children} children in their scans"
+    )
 
 
 def free_port() -> int:

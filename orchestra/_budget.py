@@ -96,7 +96,7 @@ def reserve(
     USD and the token budget of this run and every ancestor still pay for,
     less ``keep`` (pico-dollars, tokens: kept for a later call).
     """
-    price = run.runner.price_of(run.state.model)
+    price = run.runner.pricing.price_of(run.state.model)
     prompt = margin.apply(prompt_tokens, messages)
     wanted = run.agent.max_tokens if wanted is None else wanted
     max_tokens = wanted
@@ -201,7 +201,7 @@ def settle(run: LiveRun, grant: Grant, reply: ChatReply | None, arrived: int = 0
         prompt = grant.prompt
         completion = min(max(count_completion(reply.message), 1), grant.max_tokens)
         run.estimated += 1
-    price = run.runner.price_of(run.state.model)
+    price = run.runner.pricing.price_of(run.state.model)
     usage = Usage(
         model_calls=1,
         prompt_tokens=prompt,
@@ -218,7 +218,7 @@ def charge_partial(run: LiveRun, prompt: int, cap: int, arrived: int) -> Usage:
     """Charge a call whose streamed reply was cut after ``arrived`` tokens (by our
     count, at most ``cap``): ``prompt`` (as reserved) and what arrived."""
     completion = min(arrived, cap)
-    price = run.runner.price_of(run.state.model)
+    price = run.runner.pricing.price_of(run.state.model)
     usage = Usage(
         model_calls=1,
         prompt_tokens=prompt,

@@ -340,7 +340,7 @@ async def execute(run: LiveRun, *, one_step: bool = False, announce: bool = True
     charge_lost_stream(run)  # before any save: a save forgets the stream's note
     if announce:
         _announce(run)
-    run.runner.register(run)
+    run.runner.keeper.register(run)
     run.clock_started = trio.current_time()
     paused = False
     try:
@@ -356,7 +356,7 @@ async def execute(run: LiveRun, *, one_step: bool = False, announce: bool = True
     except Exception as exc:  # a bug or a broken dependency: the run fails, as data
         run.finish(_internal_error(exc))
     finally:
-        run.runner.unregister(run)
+        run.runner.keeper.unregister(run)
         if run.state.status is Status.RUNNING:
             if paused:  # one step done: saved as it is, to be continued
                 run.stop_clock()
@@ -396,8 +396,8 @@ def _announce(run: LiveRun) -> None:
 
 def _warn_about_price(run: LiveRun) -> None:
     budgeted = any(node.state.limits.budget_pico is not None for node in run.lineage())
-    warning = run.runner.prices.warning(
-        run.state.model, budgeted=budgeted, endpoint=run.runner.endpoint
+    warning = run.runner.pricing.prices.warning(
+        run.state.model, budgeted=budgeted, endpoint=run.runner.pricing.endpoint
     )
     if warning is not None:
         run.emit("price_warning", model=run.state.model, message=warning)

@@ -74,8 +74,10 @@ def first_call_need(
     prompt as reserved plus :data:`MIN_COMPLETION` tokens of output."""
     runner = parent.runner
     counted = MessageCounter().count(state.messages, tools)
-    prompt = runner.margin_for(state.model).apply(counted, len(state.messages))
-    return runner.price_of(state.model).reserved(prompt, MIN_COMPLETION), prompt + MIN_COMPLETION
+    prompt = runner.pricing.margin_for(state.model).apply(counted, len(state.messages))
+    return runner.pricing.price_of(state.model).reserved(
+        prompt, MIN_COMPLETION
+    ), prompt + MIN_COMPLETION
 
 
 def answer_reserve(parent: LiveRun, children: int) -> tuple[int, int]:
@@ -88,10 +90,12 @@ def answer_reserve(parent: LiveRun, children: int) -> tuple[int, int]:
         return 0, 0
     messages = parent.state.messages
     counted = parent.counter.count(messages, parent.agent.tool_specs())
-    margin = parent.runner.margin_for(parent.state.model).widened(KEEP_MARGIN)
+    margin = parent.runner.pricing.margin_for(parent.state.model).widened(KEEP_MARGIN)
     prompt = margin.apply(counted + GROWTH_TOKENS * children, len(messages) + children)
     output = min(answer, parent.agent.max_tokens)
-    return parent.runner.price_of(parent.state.model).reserved(prompt, output), prompt + output
+    return parent.runner.pricing.price_of(parent.state.model).reserved(
+        prompt, output
+    ), prompt + output
 
 
 def fair_carve(

@@ -81,7 +81,7 @@ class _Ask:
 async def model_step(run: LiveRun) -> None:
     """Check limits, reserve, call the model, record the reply (or, at the end of
     a run that winds down, make its final call: see :mod:`orchestra._wind_down`)."""
-    margin = run.runner.margin_for(run.state.model)
+    margin = run.runner.pricing.margin_for(run.state.model)
     if wind_down.wound(run):
         await _final_step(run, wind_down.pending(run), margin)
         return
@@ -239,7 +239,7 @@ async def _call(run: LiveRun, ask: _Ask) -> tuple[ChatReply, Usage] | None:
         return None
     run.cut_streams = 0
     if reply.usage_reported:
-        run.runner.observe_prompt(
+        run.runner.pricing.observe_prompt(
             ask.request.model,
             ours=ask.prompt_tokens,
             theirs=reply.prompt_tokens,
@@ -275,7 +275,7 @@ class _Arrived:
 
     @notes.default
     def _notes(self) -> bool:
-        return self.run.runner.notes_streams
+        return self.run.runner.keeper.notes_streams
 
     def text(self, piece: str, tokens: int) -> None:
         self.pieces.append(piece)
@@ -283,7 +283,7 @@ class _Arrived:
         if self.notes:
             self.tail = (self.tail + piece)[-LIVE_TEXT_KEPT:]
             self._note()
-        self.run.runner.delta(self.run, piece, tokens)
+        self.run.runner.hub.delta(self.run, piece, tokens)
 
     def arguments(self, piece: str, tokens: int) -> None:
         self.tokens += tokens
@@ -294,7 +294,7 @@ class _Arrived:
         stream = LiveStream(
             text=self.tail, tokens=self.tokens, prompt=self.grant.prompt, cap=self.grant.max_tokens
         )
-        self.run.runner.live_text(self.run, stream)
+        self.run.runner.keeper.live_text(self.run, stream)
 
 
 async def _attempt(run: LiveRun, request: ChatRequest, arrived: _Arrived) -> ChatReply:
@@ -374,7 +374,7 @@ def charge_lost_stream(run: LiveRun) -> None:
     """Charge a stream the process running ``run`` was reading when it stopped (a
     crash): the tokens noted as arrived, at the call's reserved prompt, at most its
     cap; said as ``reply_cut`` and saved (which clears the note: charged once)."""
-    lost = run.runner.lost_stream(run)
+    lost = run.runner.keeper.lost_stream(run)
     if lost is None:
         return
     charge_partial(run, lost.prompt, lost.cap, lost.tokens)

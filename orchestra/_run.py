@@ -21,7 +21,7 @@ from ._exceptions import LeaseLost
 from ._model.tokens import MessageCounter
 from ._money import to_usd
 from ._redact import redact
-from ._state import Interruption, RunState, Status, Usage
+from ._state import Interruption, Limits, RunState, Status, Usage
 
 if TYPE_CHECKING:
     from ._model.margin import Margin
@@ -32,7 +32,17 @@ if TYPE_CHECKING:
     from ._stores.contract import LiveStream
     from ._stores.memory import Store
 
-__all__ = ["ChildPending", "ChildWaiting", "Exit", "Host", "Ledger", "LiveRun"]
+__all__ = [
+    "ChildPending",
+    "ChildWaiting",
+    "Emitter",
+    "Exit",
+    "Host",
+    "Keeper",
+    "Ledger",
+    "LiveRun",
+    "Pricer",
+]
 
 
 _T = TypeVar("_T")
@@ -63,22 +73,12 @@ class Ledger(Protocol):
         ...
 
 
-class Host(Protocol):
-    """What a run needs from whatever runs it (a :class:`~orchestra.Runner`).
+class Pricer(Protocol):
+    """What calls cost and how much prompt slack to reserve
+    (:class:`orchestra._pricing.Pricing`)."""
 
-    The layers below the runner (execute, loop, budget, dispatch) see the
-    runner only through this, so they never import it.
-    """
-
-    provider: Provider
-    prices: PriceTable
-    retry: RetryPolicy
-    store: Store
-    ledger: Ledger | None
-
-    def now(self) -> float:
-        """Wall-clock seconds, advancing with trio's clock."""
-        ...
+    @property
+    def prices(self) -> PriceTable: ...
 
     @property
     def endpoint(self) -> str | None: ...
@@ -93,6 +93,10 @@ class Host(Protocol):
         """Learn how the provider counts ``model``'s prompts."""
         ...
 
+
+class Emitter(Protocol):
+    """Where a run's events go (:class:`orchestra._hub.EventHub`)."""
+
     def emit(self, run: LiveRun, type_: str, data: dict[str, Any]) -> None:
         """Record event ``type_`` about ``run`` (``data``: not redacted yet)."""
         ...
@@ -100,6 +104,11 @@ class Host(Protocol):
     def delta(self, run: LiveRun, text: str, tokens: int) -> None:
         """A piece of a streamed reply's text (to live readers only, never saved)."""
         ...
+
+
+class Keeper(Protocol):
+    """What keeps the live runs: saves, leases, stream notes
+    (:class:`orchestra._keeper.TreeKeeper`)."""
 
     def live_text(self, run: LiveRun, stream: LiveStream | None) -> None:
         """Note what ``run`` is streaming now (None: it is not), if the store keeps it."""
@@ -130,8 +139,47 @@ class Host(Protocol):
         """Forget ``run`` once it stopped."""
         ...
 
+
+class Host(Protocol):
+    """What a run needs from whatever runs it (a :class:`~orchestra.Runner`): its
+    provider, store and ledger, and three parts with one job each.
+
+    The layers below the runner (execute, loop, budget, dispatch) see the
+    runner only through this, so they never import it.
+    """
+
+    provider: Provider
+    retry: RetryPolicy
+    store: Store
+    ledger: Ledger | None
+
+    @property
+    def pricing(self) -> Pricer:
+        """What calls cost, and the prompt margins."""
+        ...
+
+    @property
+    def hub(self) -> Emitter:
+        """Where the runs' events go."""
+        ...
+
+    @property
+    def keeper(self) -> Keeper:
+        """What keeps the live runs and saves them."""
+        ...
+
+    def now(self) -> float:
+        """Wall-clock seconds, advancing with trio's clock."""
+        ...
+
     def spawn_child(
-        self, parent: LiveRun, call_id: str, agent: Agent, task: str, *, limits: Any = None
+        self,
+        parent: LiveRun,
+        call_id: str,
+        agent: Agent,
+        task: str,
+        *,
+        limits: Limits | None = None,
     ) -> Awaitable[str]:
         """Run a child of ``parent`` for call ``call_id``; its answer as text (awaited)."""
         ...
@@ -291,7 +339,7 @@ class LiveRun:
 
     def emit(self, type_: str, **data: Any) -> None:
         """Send one event about this run to the runner's sinks (``data`` is redacted)."""
-        self.runner.emit(self, type_, data)
+        self.runner.hub.emit(self, type_, data)
 
     def request_cancel(self, reason: str) -> None:
         """Cancel this run and its subtree (at once, or as soon as its scope exists)."""
@@ -307,7 +355,7 @@ class LiveRun:
             LeaseLost: this process no longer holds the tree (nothing was saved).
         """
         self.state.updated_at = time.time()
-        self.runner.save(self.state, self.events)
+        self.runner.keeper.save(self.state, self.events)
         self.events.clear()
 
     def stop_clock(self) -> None:
@@ -339,7 +387,7 @@ class LiveRun:
             tree_cost_usd=to_usd(s.tree.cost_pico),
             interruption=s.interruption.to_dict() if s.interruption else None,
         )
-        if not self.runner.lost_lease(s.root_id):
+        if not self.runner.keeper.lost_lease(s.root_id):
             with contextlib.suppress(LeaseLost):  # the runner has noted it and cancels the tree
                 self.checkpoint()
 

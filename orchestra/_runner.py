@@ -20,14 +20,10 @@ next effect, saves nothing more, and :meth:`Runner.run` raises
 
 from __future__ import annotations
 
-import contextlib
-import os
-import socket
-import sys
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Coroutine
 from functools import partial
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import attrs
 import trio
@@ -35,8 +31,8 @@ import trio
 from ._agent import Agent
 from ._approval import approve, reject
 from ._cancelled import unwrapped
-from ._events import Event, EventSink, event_record
-from ._exceptions import LeaseError, LeaseLost, StateError, StoreError
+from ._events import EventSink
+from ._exceptions import StateError
 from ._execute import (
     continued_state,
     execute,
@@ -47,23 +43,21 @@ from ._execute import (
     spawn_child,
 )
 from ._feed import EventFeed
-from ._model.margin import Calibration, Margin, provider_key
+from ._hub import EventHub, Tracer
+from ._keeper import LEASE_TTL, TreeKeeper, process_owner
+from ._model.margin import Calibration, Margin
 from ._model.provider import Provider
 from ._model.retry import RetryPolicy
-from ._money import Price
 from ._prices import PriceTable
-from ._redact import redact_data
+from ._pricing import Pricing
 from ._result import RunResult
 from ._run import Ledger, LiveRun
-from ._state import Interruption, Limits, RunState, Status
-from ._stores.contract import CancelInbox, Leases, LiveStream, LiveText, Store
-from ._stores.fence import Fence
+from ._state import Interruption, Limits
+from ._stores.contract import Store
 from ._stores.memory import MemoryStore
 from ._sync import blocking
 
-__all__ = ["RunHandle", "Runner"]
-
-LEASE_TTL = 30.0
+__all__ = ["Launch", "LaunchOptions", "RunHandle", "Runner"]
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -85,7 +79,7 @@ class RunHandle:
         see the tree's first events; each call is a reader of its own."""
         if self.done:
             return EventFeed.ended()
-        return self._runner.feed(self.run_id)
+        return self._runner.hub.feed(self.run_id)
 
     def cancel(self, reason: str = "cancelled") -> None:
         """Stop the run and its whole subtree; each ends ``interrupted`` with ``reason``.
@@ -120,9 +114,43 @@ class RunHandle:
         return self._result
 
 
+@attrs.frozen(kw_only=True)
+class Launch:
+    """A new root run, as one value: what :meth:`Runner.prepare` takes.
+
+    ``continue_from``: the id of a stopped root run (in the runner's store) that
+    this run continues, ``task`` being the next user message (see
+    :mod:`orchestra._conversation`; limits count per message). ``metadata`` is
+    saved with the run (e.g. what a later process needs to rebuild the agent).
+    """
+
+    agent: Agent
+    task: str
+    limits: Limits | None = None
+    run_id: str | None = None
+    metadata: dict[str, str] | None = None
+    continue_from: str | None = None
+
+
+class LaunchOptions(TypedDict, total=False):
+    """The options of :class:`Launch` beside its agent and task (``**options``
+    of :meth:`Runner.run`, :meth:`Runner.start`, :meth:`Runner.run_sync` and
+    ``orchestra.aio``)."""
+
+    limits: Limits | None
+    run_id: str | None
+    metadata: dict[str, str] | None
+    continue_from: str | None
+
+
 @attrs.define(kw_only=True, eq=False)
 class Runner:
     """Runs agents against a provider, keeping their states in a store.
+
+    A façade over three parts with one job each: :attr:`pricing` (what calls
+    cost, prompt margins), :attr:`hub` (every event, to the sink, the tracer,
+    live readers and the store) and :attr:`keeper` (the live runs, their
+    fenced saves, leases and cancels; see :mod:`orchestra._keeper`).
 
     Attributes:
         provider: where model calls go.
@@ -141,6 +169,7 @@ class Runner:
         tracer: sees every event with its live run first (e.g. an :class:`OTelTracer`).
         ledger: budget numbers shared with other processes (a distributed
             worker's); None: the tree's numbers live in its runs' memory.
+        owner: how this process names itself on the leases it takes.
     """
 
     provider: Provider
@@ -152,32 +181,28 @@ class Runner:
     poll_interval: float = 0.05
     lease_ttl: float = LEASE_TTL
     retry: RetryPolicy = RetryPolicy()
-    tracer: Callable[[LiveRun, Event], None] | None = None
+    tracer: Tracer | None = None
     ledger: Ledger | None = None
-    _live: dict[str, LiveRun] = attrs.field(factory=dict, init=False)
-    _lost: dict[str, str] = attrs.field(factory=dict, init=False)
+    owner: str = attrs.field(factory=process_owner)
+    pricing: Pricing = attrs.field(init=False)
+    hub: EventHub = attrs.field(init=False)
+    keeper: TreeKeeper = attrs.field(init=False)
     _clock_origin: tuple[float, float] | None = attrs.field(default=None, init=False)
-    _stopping: dict[str, _Batch] = attrs.field(factory=dict, init=False)
-    """Trees being cancelled: their saves wait to be made together."""
-    _watched: dict[str, float] = attrs.field(factory=dict, init=False)
-    """Trees this runner executes with a lease, and when each lease is next renewed."""
-    _fences: dict[str, Fence] = attrs.field(factory=dict, init=False)
-    """The lease this runner took on each tree it executes (saves are fenced by it)."""
-    _feeds: dict[str, list[EventFeed]] = attrs.field(factory=dict, init=False)
-    """The readers of each tree's events (:meth:`RunHandle.events`)."""
-    _poller: trio.Event | None = attrs.field(default=None, init=False)
-    """Set when the watcher that polls for every tree stops (another takes over)."""
-    owner: str = attrs.field(factory=lambda: f"pid {os.getpid()} on {socket.gethostname()}")
-    _inbox: CancelInbox | None = attrs.field(default=None, init=False)
-    """The store's cancel requests, if it takes any (read once, when the runner is built)."""
-    _live_text: LiveText | None = attrs.field(default=None, init=False)
-    """Where the text runs stream is kept for other processes, if the store keeps it."""
-    _leases: Leases | None = attrs.field(default=None, init=False)
-    """The store's leases, if it keeps any (read once, when the runner is built)."""
 
     def __attrs_post_init__(self) -> None:
-        self._inbox, self._leases = self.store.inbox, self.store.leases
-        self._live_text = self.store.live
+        self.pricing = Pricing(
+            provider=self.provider,
+            prices=self.prices,
+            prompt_margin=self.prompt_margin,
+            calibration=self.calibration,
+        )
+        self.hub = EventHub(clock=self.now, sink=self.sink, tracer=self.tracer)
+        self.keeper = TreeKeeper(
+            store=self.store,
+            owner=self.owner,
+            poll_interval=self.poll_interval,
+            lease_ttl=self.lease_ttl,
+        )
 
     def now(self) -> float:
         """Wall-clock seconds, advancing with trio's clock (so a MockClock moves it too)."""
@@ -186,207 +211,17 @@ class Runner:
         wall, trio0 = self._clock_origin
         return wall + trio.current_time() - trio0
 
-    @property
-    def endpoint(self) -> str | None:
-        """The base URL of the provider, if it has one (it picks published prices)."""
-        url = provider_key(self.provider)
-        return url if isinstance(url, str) else None
-
-    def price_of(self, model: str) -> Price:
-        """What a call of ``model`` costs on this runner's provider."""
-        return self.prices.price(model, endpoint=self.endpoint)
-
-    def margin_for(self, model: str) -> Margin:
-        """The prompt margin for the next call of ``model``."""
-        learnt = self.calibration.margin(provider_key(self.provider), model)
-        return learnt.widened(self.prompt_margin)
-
-    def observe_prompt(self, model: str, *, ours: int, theirs: int, messages: int) -> None:
-        """Learn how the provider counts ``model``'s prompts (see :class:`Calibration`)."""
-        self.calibration.observe(
-            provider_key(self.provider), model, ours=ours, theirs=theirs, messages=messages
-        )
-
-    def emit(self, run: LiveRun, type_: str, data: dict[str, Any]) -> None:
-        """Send an event to the sink now, and to the store with the run's next save.
-
-        ``data`` is redacted here, once. With no sink and no tracer no
-        :class:`Event` is made: only the record the store keeps.
-        """
-        s = run.state
-        if self.tracer is None and self.sink is None and s.root_id not in self._feeds:
-            record = event_record(
-                type_, s.run_id, s.root_id, s.parent_id, self.now(), redact_data(data)
-            )
-            run.events.append(record)
-            return
-        event = self._event(run, type_, data)
-        if self.tracer is not None:
-            self.tracer(run, event)
-        if self.sink is not None:
-            self.sink(event)
-        run.events.append(event.to_dict())
-        if s.root_id in self._feeds:
-            self._to_feeds(run, event)
-
-    def delta(self, run: LiveRun, text: str, tokens: int) -> None:
-        """A piece of a streamed reply's text: to the sink and the tree's readers
-        only (never saved, never traced)."""
-        s = run.state
-        if self.sink is None and s.root_id not in self._feeds:
-            return
-        event = self._event(run, "text_delta", {"text": text, "tokens": tokens})
-        if self.sink is not None:
-            self.sink(event)
-        if s.root_id in self._feeds:
-            self._to_feeds(run, event)
-
-    def live_text(self, run: LiveRun, stream: LiveStream | None) -> None:
-        """Note what ``run`` is streaming now (None: it is not), if the store keeps it
-        (see :class:`~orchestra._stores.contract.LiveText`). A store that fails this
-        write fails the run's next save, not the stream."""
-        if self._live_text is None:
-            return
-        with contextlib.suppress(StoreError):
-            self._live_text.put_live_text(run.state.run_id, run.state.root_id, stream)
-
-    @property
-    def notes_streams(self) -> bool:
-        """Whether the store keeps notes of streams (see :meth:`live_text`)."""
-        return self._live_text is not None
-
-    def lost_stream(self, run: LiveRun) -> LiveStream | None:
-        """What ``run`` was streaming when the process running it stopped, if noted."""
-        return None if self._live_text is None else self._live_text.live_stream(run.state.run_id)
-
-    def _event(self, run: LiveRun, type_: str, data: dict[str, Any]) -> Event:
-        s = run.state
-        return Event(
-            type=type_,
-            run_id=s.run_id,
-            root_id=s.root_id,
-            parent_id=s.parent_id,
-            at=self.now(),
-            data=data,
-            depth=len(run.lineage()) - 1,
-        )
-
-    def feed(self, root_id: str) -> EventFeed:
-        """A new reader of the events of tree ``root_id`` (see :meth:`RunHandle.events`),
-        until the tree's run here ends (it is closed then: :meth:`end_feeds`)."""
-        feed = EventFeed()
-        self._feeds.setdefault(root_id, []).append(feed)
-        return feed
-
-    def unsubscribe(self, root_id: str, feed: EventFeed) -> None:
-        """Close ``feed`` (a reader that went away) and stop queueing events to it."""
-        feed.close()
-        feeds = self._feeds.get(root_id, [])
-        if feed in feeds:
-            feeds.remove(feed)
-        if not feeds:
-            self._feeds.pop(root_id, None)
-
-    def end_feeds(self, root_id: str) -> None:
-        """Close every reader of tree ``root_id``: its run here has ended (their
-        iterators end once what is queued is read)."""
-        for feed in self._feeds.pop(root_id, ()):
-            feed.close()
-
-    def _to_feeds(self, run: LiveRun, event: Event) -> None:
-        shown = attrs.evolve(event, data={**event.data, "depth": event.depth})
-        feeds = self._feeds[event.root_id]
-        for feed in feeds:
-            feed.put(shown)
-        if event.type == "run_stopped" and event.parent_id is None:
-            self.end_feeds(event.root_id)
-
-    def save(self, state: RunState, events: Sequence[dict[str, Any]] = ()) -> None:
-        """Save ``state`` fenced by this runner's lease on its tree.
-
-        Raises:
-            LeaseLost: the lease was taken over (now or earlier): nothing was
-                saved, and the tree is being cancelled in this process.
-        """
-        lost = self._lost.get(state.root_id)
-        if lost is not None:
-            raise LeaseLost(lost)
-        batch = self._stopping.get(state.root_id)
-        if batch is not None:
-            batch.add(state, events)
-            if state.run_id == state.root_id and state.status is not Status.RUNNING:
-                self._save_stopped(state.root_id)  # the root stops last: the tree is saved
-            return
-        try:
-            self.store.save(state, events, fence=self.fence(state.root_id))
-        except LeaseLost as exc:
-            self._lose(state.root_id, str(exc))
-            raise
-
-    def _save_stopped(self, root_id: str) -> None:
-        """Save the runs of a cancelled tree together (one transaction if the store can)."""
-        batch = self._stopping.pop(root_id, None)
-        if batch is None or not batch.states:
-            return
-        fence = self.fence(root_id)
-        try:
-            self.store.save_many(list(batch.states.values()), batch.events, fence=fence)
-        except LeaseLost as exc:
-            self._lose(root_id, str(exc))
-
-    def fence(self, root_id: str) -> Fence | None:
-        """What this runner's saves of tree ``root_id`` are fenced by: the lease it
-        took on the tree (None: the store keeps no leases)."""
-        return self._fences.get(root_id)
-
-    def lost_lease(self, root_id: str) -> bool:
-        """Whether this runner lost the lease on tree ``root_id`` (it must not save)."""
-        return root_id in self._lost
-
-    def _lose(self, root_id: str, why: str) -> None:
-        self._lost.setdefault(root_id, why)
-        self.cancel(root_id, "this process lost the lease on the run tree")
-
-    # -- the live tree ----------------------------------------------------------
-
-    def register(self, run: LiveRun) -> None:
-        """Note a run as executing in this process (done by ``execute``)."""
-        self._live[run.state.run_id] = run
-
-    def unregister(self, run: LiveRun) -> None:
-        """Forget a run that stopped executing."""
-        self._live.pop(run.state.run_id, None)
-
     def cancel(self, run_id: str, reason: str = "cancelled") -> bool:
-        """Cancel a run executing in this process, and its subtree.
-
-        Returns False if no such run is executing here. Not a checkpoint.
-        """
-        run = self._live.get(run_id)
-        if run is None:
-            return False
-        if run.parent is None and run.cancel_reason is None:
-            self._stopping.setdefault(run_id, _Batch())
-        run.request_cancel(reason)
-        return True
+        """Cancel a run executing in this process, and its subtree (each ends
+        ``interrupted`` with ``reason``). False if no such run executes here.
+        Not a checkpoint."""
+        return self.keeper.cancel(run_id, reason)
 
     # -- starting runs --------------------------------------------------------
 
-    async def run(
-        self,
-        agent: Agent,
-        task: str,
-        *,
-        limits: Limits | None = None,
-        run_id: str | None = None,
-        metadata: dict[str, str] | None = None,
-        continue_from: str | None = None,
-    ) -> RunResult:
-        """Run ``agent`` on ``task`` as a root run until it stops; its result.
-
-        ``continue_from``: the id of a stopped root run (in this runner's store)
-        that this run continues, ``task`` being the next user message (see
-        :mod:`orchestra._conversation`; limits count per message).
+    async def run(self, agent: Agent, task: str, **options: Unpack[LaunchOptions]) -> RunResult:
+        """Run ``agent`` on ``task`` as a root run until it stops; its result
+        (``options``: see :class:`Launch`).
 
         Never raises for a run's own failure: how it ended is in the result.
         Cancellation: if the caller's scope is cancelled, the tree records
@@ -403,34 +238,16 @@ class Runner:
         If stopping the tree (saving it, letting its lease go) fails while an
         error is on its way out, that error is raised, the failure a note on it.
         """
-        handle = self._prepare(agent, task, limits, run_id, metadata, continue_from)
+        handle = self.prepare(Launch(agent=agent, task=task, **options))
         with unwrapped():
             return await self._root(handle._live)
 
-    def run_sync(
-        self,
-        agent: Agent,
-        task: str,
-        *,
-        limits: Limits | None = None,
-        run_id: str | None = None,
-        metadata: dict[str, str] | None = None,
-        continue_from: str | None = None,
-    ) -> RunResult:
+    def run_sync(self, agent: Agent, task: str, **options: Unpack[LaunchOptions]) -> RunResult:
         """:meth:`run` from plain code (a script, a notebook cell): blocks until the
         tree stops; its result. Works with an asyncio loop running in this
         thread too (the tree then runs in a thread of its own). See
         :mod:`orchestra._sync`; from asyncio code use ``orchestra.aio``."""
-        go = partial(
-            self.run,
-            agent,
-            task,
-            limits=limits,
-            run_id=run_id,
-            metadata=metadata,
-            continue_from=continue_from,
-        )
-        return blocking([self.provider], go)
+        return blocking([self.provider], partial(self.run, agent, task, **options))
 
     def resume_sync(
         self, run_id: str, agent: Agent, *, limits: Limits | None = None, note: str = ""
@@ -441,52 +258,36 @@ class Runner:
         )
 
     async def start(
-        self,
-        nursery: trio.Nursery,
-        agent: Agent,
-        task: str,
-        *,
-        limits: Limits | None = None,
-        run_id: str | None = None,
-        metadata: dict[str, str] | None = None,
-        continue_from: str | None = None,
+        self, nursery: trio.Nursery, agent: Agent, task: str, **options: Unpack[LaunchOptions]
     ) -> RunHandle:
-        """Start a root run in ``nursery``; a handle to cancel it or wait for it.
-
-        ``metadata`` is saved with the run (e.g. what a later process needs to
-        rebuild the agent and resume it); ``continue_from`` as in :meth:`run`.
-        """
-        handle = self._prepare(agent, task, limits, run_id, metadata, continue_from)
-        nursery.start_soon(self._run_for, handle)
+        """Start a root run in ``nursery``; a handle to cancel it or wait for it
+        (``options``: see :class:`Launch`)."""
+        handle = self.prepare(Launch(agent=agent, task=task, **options))
+        nursery.start_soon(self.execute, handle)
         return handle
 
-    def _prepare(
-        self,
-        agent: Agent,
-        task: str,
-        limits: Limits | None,
-        run_id: str | None,
-        metadata: dict[str, str] | None,
-        continue_from: str | None,
-    ) -> RunHandle:
-        """The handle of a new root run, continuing ``continue_from`` if given; not
-        started yet (:meth:`_run_for` runs it; ``orchestra.aio`` does, in the
-        task it has for the tree).
+    def prepare(self, launch: Launch) -> RunHandle:
+        """The handle of a new root run, not started yet: :meth:`execute` runs it
+        (in the task the caller has for the tree, as ``orchestra.aio`` does).
 
         Raises:
-            RunNotFound: no run ``continue_from`` in the store.
+            RunNotFound: no run ``launch.continue_from`` in the store.
             StateError: that run cannot be continued (running, a child, another agent's).
         """
-        limits = (limits or agent.limits).anchored(self.now())
-        if continue_from is None:
-            state = new_state(agent, task, limits, run_id=run_id, metadata=metadata)
+        agent = launch.agent
+        limits = (launch.limits or agent.limits).anchored(self.now())
+        run_id, metadata = launch.run_id, launch.metadata
+        if launch.continue_from is None:
+            state = new_state(agent, launch.task, limits, run_id=run_id, metadata=metadata)
         else:
-            earlier = self.store.load(continue_from)
-            state = continued_state(earlier, agent, task, limits, run_id=run_id, metadata=metadata)
+            earlier = self.store.load(launch.continue_from)
+            state = continued_state(
+                earlier, agent, launch.task, limits, run_id=run_id, metadata=metadata
+            )
         live = LiveRun(state=state, agent=agent, runner=self)
         return RunHandle(run_id=state.run_id, live=live, runner=self)
 
-    async def _run_for(self, handle: RunHandle) -> RunResult:
+    async def execute(self, handle: RunHandle) -> RunResult:
         """Run a prepared root for ``handle``; its result, which
         :meth:`RunHandle.wait` gets too, or the error that failed it (unwrapped
         as :meth:`run`'s), raised here as well. A ``Cancelled`` is not kept: it
@@ -559,121 +360,11 @@ class Runner:
         return spawn_child(self, parent, call_id, agent, task, limits=limits)
 
     async def _root(self, live: LiveRun) -> RunResult:
+        """Execute the root ``live`` while the keeper holds its tree; its result.
+        However the tree ended (a lease refused, a store error), its readers end."""
         root_id = live.state.run_id
-        self._lost.pop(root_id, None)
-        inbox, leases = self._inbox, self._leases
         try:
-            if leases is not None:
-                self._fences[root_id] = leases.acquire_lease(
-                    root_id, self.owner, ttl=self.lease_ttl
-                )
-            if inbox is not None:
-                inbox.clear_cancels(root_id)  # requests nobody applied are stale
-            try:
-                async with trio.open_nursery() as nursery:
-                    if inbox is not None:
-                        nursery.start_soon(self._watch, root_id, inbox)
-                    await execute(live)
-                    nursery.cancel_scope.cancel()
-            finally:
-                self._stop_tree(root_id)
-        finally:  # however the tree ended (a lease refused, a store error): its readers end
-            self.end_feeds(root_id)
-        if root_id in self._lost:
-            raise LeaseLost(self._lost.pop(root_id))
-        return result_of(live)
-
-    def _stop_tree(self, root_id: str) -> None:
-        """Save a cancelled tree's runs and let the tree go; called in a ``finally``.
-
-        If that fails while another exception is on its way out, the original
-        goes on, with the failure attached as a note (never hiding it); if it
-        fails after a run that ended normally, its failure is raised.
-        """
-        pending = sys.exception()
-        failures: list[Exception] = []
-        for step in (self._save_stopped, self._let_go):
-            try:
-                step(root_id)
-            except Exception as failure:  # the other step still runs
-                failures.append(failure)
-        if not failures:
-            return
-        if pending is None:
-            first, *rest = failures
-            for later in rest:
-                first.add_note(f"and then letting the tree go failed too: {later!r}")
-            raise first
-        for later in failures:
-            pending.add_note(f"and then stopping the tree failed too: {later!r}")
-
-    def _let_go(self, root_id: str) -> None:
-        """Release the tree: its lease (if still ours) and cancel requests nobody applied."""
-        self._fences.pop(root_id, None)
-        if self._leases is None:
-            if self._inbox is not None:
-                self._inbox.clear_cancels(root_id)
-        elif root_id in self._lost:
-            self._leases.release_lease(root_id, self.owner)
-        else:
-            self._leases.let_go(root_id, self.owner)  # its cancel requests too, at once
-
-    async def _watch(self, root_id: str, inbox: CancelInbox) -> None:
-        """Keep tree ``root_id`` watched (cancel requests, lease) while it runs.
-
-        One watcher at a time polls for every tree of this runner; the others
-        wait, and one of them takes over when the polling one's tree stops.
-        """
-        self._watched[root_id] = trio.current_time() + self.lease_ttl / 3
-        try:
-            while True:
-                if self._poller is None:
-                    self._poller = trio.Event()
-                    try:
-                        await self._poll(inbox)
-                    finally:
-                        self._poller.set()
-                        self._poller = None
-                else:
-                    await self._poller.wait()
+            await self.keeper.hold(root_id, partial(execute, live))
         finally:
-            del self._watched[root_id]
-
-    async def _poll(self, inbox: CancelInbox) -> None:
-        """Apply cancel requests other processes leave in the store; keep the leases.
-
-        One query per ``poll_interval`` for all trees. If a lease cannot be
-        renewed (another process took the tree over while this one stalled),
-        that tree is cancelled here and saves nothing more.
-        """
-        while True:
-            await trio.sleep(self.poll_interval)
-            for run_id, reason in inbox.pending_cancels().items():
-                if self.cancel(run_id, reason):
-                    inbox.clear_cancel(run_id)
-            now = trio.current_time()
-            for root_id, renew_at in list(self._watched.items()):
-                if now >= renew_at and root_id not in self._lost:
-                    self._renew(root_id, now)
-
-    def _renew(self, root_id: str, now: float) -> None:
-        if self._leases is None:
-            return
-        try:
-            self._leases.renew_lease(root_id, self.owner, ttl=self.lease_ttl)
-        except LeaseError as exc:
-            self._lose(root_id, str(exc))
-        else:
-            self._watched[root_id] = now + self.lease_ttl / 3
-
-
-@attrs.define(eq=False)
-class _Batch:
-    """The saves of a tree being cancelled, kept to be made together."""
-
-    states: dict[str, RunState] = attrs.Factory(dict)
-    events: list[dict[str, Any]] = attrs.Factory(list)
-
-    def add(self, state: RunState, events: Sequence[dict[str, Any]]) -> None:
-        self.states[state.run_id] = state  # the live state: saved as it is at the end
-        self.events.extend(events)
+            self.hub.end_feeds(root_id)
+        return result_of(live)

@@ -43,7 +43,7 @@ import contextlib
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import attrs
 import trio
@@ -52,7 +52,7 @@ from ._agent import Agent
 from ._events import Event
 from ._feed import EventFeed
 from ._result import RunResult
-from ._runner import RunHandle, Runner
+from ._runner import Launch, LaunchOptions, RunHandle, Runner
 from ._state import Limits
 from ._sync import release
 
@@ -258,7 +258,7 @@ class _Slot:
         """A new reader of the tree's events (one that ends at once if it has ended)."""
         if self.ended:
             return EventFeed.ended()
-        feed = runner.feed(run_id)
+        feed = runner.hub.feed(run_id)
         self.readers.append((runner, run_id, feed))
         return feed
 
@@ -266,7 +266,7 @@ class _Slot:
         """The tree's job ended (however: a failed start too): its readers end."""
         self.ended = True
         for runner, run_id, feed in self.readers:
-            runner.unsubscribe(run_id, feed)
+            runner.hub.unsubscribe(run_id, feed)
         self.readers.clear()
 
     def bind(self, handle: RunHandle) -> None:
@@ -368,7 +368,7 @@ class Handle:
                 yield event
         finally:
             if feed is not None:  # a reader gone early: its feed closes, a read waiting ends
-                self._portal.soon(partial(self._runner.unsubscribe, self.run_id, feed))
+                self._portal.soon(partial(self._runner.hub.unsubscribe, self.run_id, feed))
             self._portal.let_go()
 
 
@@ -384,14 +384,7 @@ async def _next(feed: EventFeed) -> Event | None:
 
 
 async def start(
-    runner: Runner,
-    agent: Agent,
-    task: str,
-    *,
-    limits: Limits | None = None,
-    run_id: str | None = None,
-    metadata: dict[str, str] | None = None,
-    continue_from: str | None = None,
+    runner: Runner, agent: Agent, task: str, **options: Unpack[LaunchOptions]
 ) -> Handle:
     """Start a tree from asyncio (as :meth:`Runner.start`); its :class:`Handle`
     once it started (or the error that kept it from starting), with a reader
@@ -400,7 +393,7 @@ async def start(
     once the tree has stopped."""
     portal, slot = await _portal(), _Slot()
     started: asyncio.Future[tuple[str, EventFeed]] = portal.loop.create_future()
-    prepare = partial(runner._prepare, agent, task, limits, run_id, metadata, continue_from)
+    prepare = partial(runner.prepare, Launch(agent=agent, task=task, **options))
 
     async def tree() -> RunResult:
         try:
@@ -411,7 +404,7 @@ async def start(
         slot.bind(handle)
         first = slot.subscribe(runner, handle.run_id)
         portal.to_loop(partial(_settle, started, value=(handle.run_id, first)))
-        return await runner._run_for(handle)
+        return await runner.execute(handle)
 
     result = portal.call(runner, tree, slot)
     try:
@@ -456,24 +449,17 @@ async def resume(
 
 
 async def run(
-    runner: Runner,
-    agent: Agent,
-    task: str,
-    *,
-    limits: Limits | None = None,
-    run_id: str | None = None,
-    metadata: dict[str, str] | None = None,
-    continue_from: str | None = None,
+    runner: Runner, agent: Agent, task: str, **options: Unpack[LaunchOptions]
 ) -> RunResult:
     """Run a tree to its end from asyncio (as :meth:`Runner.run`); its result.
 
     The loop is woken once, when the tree has stopped."""
     portal, slot = await _portal(), _Slot()
-    prepare = partial(runner._prepare, agent, task, limits, run_id, metadata, continue_from)
+    prepare = partial(runner.prepare, Launch(agent=agent, task=task, **options))
 
     async def tree() -> RunResult:
         handle = prepare()
         slot.bind(handle)
-        return await runner._run_for(handle)
+        return await runner.execute(handle)
 
     return await _finished(portal, portal.call(runner, tree, slot), partial(slot.cancel, CANCELLED))

@@ -74,7 +74,7 @@ async def test_cancelling_one_child_lets_the_parent_continue(
     async with trio.open_nursery() as nursery:
         handle = await runner.start(nursery, scenario_agent("slow_tree"), demo_task("slow_tree"))
         await trio.sleep(1.0)
-        root = runner._live[handle.run_id]
+        root = handle._live
         target = root.children[1].state.run_id
         assert runner.cancel(target, "not this one")
         result = await handle.wait()

@@ -34,6 +34,7 @@ from .._agent import Agent
 from .._dispatch import may_park
 from .._exceptions import LeaseLost, RunNotFound, StoreUnreachable
 from .._execute import carve_child, reopen_state, spawn_child
+from .._keeper import TreeKeeper
 from .._run import ChildPending, LiveRun
 from .._runner import Runner
 from .._state import Limits, RunState, Status, Usage
@@ -69,17 +70,14 @@ class RunQueue(Protocol):
 
 
 @attrs.define(kw_only=True, eq=False)
-class WorkerRunner(Runner):
-    """A :class:`~orchestra.Runner` whose runs are steps of queued workflows."""
+class WorkerKeeper(TreeKeeper):
+    """The keeper of a worker's runs: saves fenced by the current step's claim on
+    its run (not a tree's lease), a step abandoned while the database is away,
+    and no stream notes (a write on the step's thread per piece would hold up
+    the worker's loop; a call in flight when a worker dies is charged by the
+    ledger at its reservation, and the console shows a worker's reply once saved)."""
 
-    queue: RunQueue
-
-    def __attrs_post_init__(self) -> None:
-        super().__attrs_post_init__()
-        # No note per streamed piece: a write on the step's thread per piece would hold
-        # up the worker's loop, and a call in flight when a worker dies is charged by
-        # the ledger at its reservation (the console shows a worker's reply once saved).
-        self._live_text = None
+    keeps_streams: bool = False
 
     def fence(self, root_id: str) -> Fence | None:
         """The claim of the current step on its run: every save of the step (its
@@ -92,7 +90,7 @@ class WorkerRunner(Runner):
         Raises:
             StepAbandoned: the database is away (now, or earlier in this step).
             LeaseLost: the step's claim was taken over (now or earlier): the
-                step is superseded (see :meth:`_lose`).
+                step is superseded (see :meth:`lose`).
         """
         if step_abandoned():
             raise StepAbandoned(f"run {state.run_id}: the database went away during this step")
@@ -105,7 +103,7 @@ class WorkerRunner(Runner):
             raise StepAbandoned(str(exc)) from exc
         step_saved()
 
-    def _lose(self, root_id: str, why: str) -> None:
+    def lose(self, root_id: str, why: str) -> None:
         """A save found the step's claim taken over: the step alone stops (its
         scope is cancelled) and saves nothing more; other runs of the tree
         stepping here are not touched."""
@@ -119,6 +117,24 @@ class WorkerRunner(Runner):
         time saves as usual (see :func:`~._threads.stepping`).
         """
         return step_abandoned() or step_superseded()
+
+
+@attrs.define(kw_only=True, eq=False)
+class WorkerRunner(Runner):
+    """A :class:`~orchestra.Runner` whose runs are steps of queued workflows
+    (its keeper a :class:`WorkerKeeper`)."""
+
+    queue: RunQueue
+    keeper: WorkerKeeper = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.keeper = WorkerKeeper(
+            store=self.store,
+            owner=self.owner,
+            poll_interval=self.poll_interval,
+            lease_ttl=self.lease_ttl,
+        )
 
     async def spawn_child(
         self,
@@ -138,7 +154,7 @@ class WorkerRunner(Runner):
     async def _reopened(self, state: RunState) -> RunState:
         """A child interrupted earlier (e.g. for an approval), running again, re-queued."""
         reopen_state(state, None, "", self.now)
-        self.save(state)
+        self.keeper.save(state)
         await in_thread(self._store.requeue, state.run_id)
         return state
 
@@ -219,7 +235,7 @@ class OnWorkers:
             parent.state.children[state.parent_call_id or ""] = state.run_id
             await runner._ledger.guarded(parent, partial(parent.charge, Usage(child_runs=1)))
             parent.checkpoint()  # the binding is durable before the child exists
-        runner.save(state)
+        runner.keeper.save(state)
 
     async def run(self, child: LiveRun) -> None:
         """Queue ``child`` if it is going on (or resumable), then park its

@@ -183,8 +183,8 @@ def test_calibration_starts_conservative_then_learns_the_largest_gap():
 
 def test_a_fixed_margin_is_a_floor():
     runner = Runner(provider=Skewed(llama_template), prompt_margin=Margin(ratio=0.5))
-    runner.observe_prompt("m", ours=1000, theirs=1000, messages=2)
-    assert runner.margin_for("m").ratio == 0.5
+    runner.pricing.observe_prompt("m", ours=1000, theirs=1000, messages=2)
+    assert runner.pricing.margin_for("m").ratio == 0.5
 
 
 async def test_a_token_budget_needs_no_prices_and_is_carved_down_the_tree(sandbox):
