@@ -18,8 +18,6 @@ its next effect, saves nothing more, and :meth:`TreeKeeper.hold` raises
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -32,15 +30,11 @@ from ._run import LiveRun
 from ._state import RunState, Status
 from ._stores.contract import CancelInbox, Leases, LiveStream, LiveText, Store
 from ._stores.fence import Fence
+from ._stores.shared import process_owner
 
-__all__ = ["LEASE_TTL", "TreeKeeper", "process_owner"]
+__all__ = ["LEASE_TTL", "TreeKeeper"]
 
 LEASE_TTL = 30.0
-
-
-def process_owner() -> str:
-    """This process, as lease owners and workers are named: ``pid N on HOST``."""
-    return f"pid {os.getpid()} on {socket.gethostname()}"
 
 
 @attrs.define(kw_only=True, eq=False)

@@ -25,16 +25,18 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, is_typeddict
+from typing import TYPE_CHECKING, Any, Literal, is_typeddict
 
 import attrs
 import cattrs
-import jsonschema
 
 from ._exceptions import ConfigError
 from ._schema import check_schema, schema_of
 from ._storable import NotStorable, decoded
 from ._tools import Tool, ToolInputError
+
+if TYPE_CHECKING:
+    import jsonschema
 
 __all__ = [
     "OUTPUT_TAKEN",
@@ -89,6 +91,10 @@ class OutputSpec:
     build: Callable[[Any], Any] = attrs.field(default=lambda value: value, eq=False, repr=False)
     tool: Tool | None = attrs.field(default=None, eq=False, repr=False)
     """The tool the run answers through (``via="tool"``; see :func:`output_tool`)."""
+    _validator: jsonschema.Draft202012Validator | None = attrs.field(
+        default=None, init=False, eq=False, repr=False
+    )
+    """Made on the first check, then kept (as a tool keeps its own)."""
 
     def response_format(self) -> dict[str, Any] | None:
         """The request's ``response_format`` (None when the output goes through a tool)."""
@@ -133,7 +139,12 @@ class OutputSpec:
     def check(self, value: Any) -> Checked:
         """Validate ``value`` against the schema, then build it (the output class's
         validators may refuse a value the schema allows)."""
-        validator = jsonschema.Draft202012Validator(self.schema)
+        validator = self._validator
+        if validator is None:
+            import jsonschema  # on first use: ``import orchestra`` stays lean
+
+            validator = jsonschema.Draft202012Validator(self.schema)
+            object.__setattr__(self, "_validator", validator)  # frozen: a cache, not state
         errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
         if not errors:
             return Checked(value=value, error=self.refusal(value))

@@ -44,7 +44,7 @@ from ._execute import (
 )
 from ._feed import EventFeed
 from ._hub import EventHub, Tracer
-from ._keeper import LEASE_TTL, TreeKeeper, process_owner
+from ._keeper import LEASE_TTL, TreeKeeper
 from ._model.margin import Calibration, Margin
 from ._model.provider import Provider
 from ._model.retry import RetryPolicy
@@ -55,6 +55,7 @@ from ._run import Ledger, LiveRun
 from ._state import Interruption, Limits
 from ._stores.contract import Store
 from ._stores.memory import MemoryStore
+from ._stores.shared import process_owner
 from ._sync import blocking
 
 __all__ = ["Launch", "LaunchOptions", "RunHandle", "Runner"]

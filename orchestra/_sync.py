@@ -22,7 +22,8 @@ from typing import TypeVar
 
 import trio
 
-from ._model.provider import OpenAIProvider, Provider
+from ._model.provider import Provider
+from ._model.provider import release as release_pool
 
 __all__ = ["blocking", "release"]
 
@@ -49,8 +50,7 @@ def blocking(providers: Iterable[Provider], fn: Callable[[], Awaitable[_T]]) -> 
 async def release(providers: Iterable[Provider]) -> None:
     """Close the connections the providers pooled in the trio run that ends."""
     for provider in providers:
-        if isinstance(provider, OpenAIProvider):
-            await provider.release_connections()
+        await release_pool(provider)
 
 
 def _loop_running() -> bool:

@@ -39,6 +39,9 @@ from ._storable import MAX_DEPTH, MAX_JSON_BYTES, NotStorable, decoded, too_deep
 if typing.TYPE_CHECKING:
     import jsonschema
 
+    from ._agent import Agent
+    from ._state import Limits
+
 __all__ = ["Tool", "ToolContext", "ToolInputError", "bound_result", "tool"]
 
 MAX_ARGUMENT_BYTES = MAX_JSON_BYTES
@@ -51,6 +54,15 @@ MIN_RESULT_BYTES = 1024
 """The smallest result bound a policy may set."""
 NOTE_BYTES = 200
 """Room kept for a truncation note: a cut result, note included, fits its limit."""
+
+
+class Spawn(typing.Protocol):
+    """How a tool call starts a child run: the call's run spawns ``agent`` on
+    ``task`` under ``limits`` (carved from its own); awaited, the child's answer."""
+
+    def __call__(
+        self, agent: Agent, task: str, *, limits: Limits | None = None
+    ) -> Awaitable[str]: ...
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -71,13 +83,13 @@ class ToolContext:
     max_result_bytes: int = DEFAULT_RESULT_BYTES
     timeout_s: float | None = None
     _progress: Callable[[str], None] = attrs.field(alias="progress", default=lambda _l: None)
-    _spawn: Callable[..., Awaitable[str]] | None = attrs.field(alias="spawn", default=None)
+    _spawn: Spawn | None = attrs.field(alias="spawn", default=None)
 
     def progress(self, label: str) -> None:
         """Report progress (shown live by the CLI, written to the trace)."""
         self._progress(label)
 
-    def run_child(self, agent: Any, task: str, *, limits: Any = None) -> Awaitable[str]:
+    def run_child(self, agent: Agent, task: str, *, limits: Limits | None = None) -> Awaitable[str]:
         """Run ``agent`` on ``task`` as a child of this call's run; await its answer as text.
 
         The child's limits are carved from what this run has left; if nothing is

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
 import time
 from typing import TYPE_CHECKING
 
@@ -105,9 +103,9 @@ def _cancel_unowned(
 ) -> None:
     """Stop a run whose process died: recorded in the store, nothing left armed."""
     from .._approval import cancel_unowned
+    from .._stores.shared import process_owner
 
-    owner = f"pid {os.getpid()} on {socket.gethostname()}"
-    stopped = cancel_unowned(store, state.run_id, reason, owner)
+    stopped = cancel_unowned(store, state.run_id, reason, process_owner())
     note = "no process was running it (its process had stopped)"
     if as_json:
         out = {"run_id": state.run_id, "status": "interrupted", "reason": reason}

@@ -31,6 +31,7 @@ from typing import Any
 import attrs
 
 from .._exceptions import ConfigError
+from .provider import endpoint_of
 
 __all__ = ["FIRST_MARGIN", "PAD", "Calibration", "Margin", "provider_key"]
 
@@ -75,8 +76,8 @@ FIRST_MARGIN = Margin(ratio=1.0, tokens=256)
 
 def provider_key(provider: object) -> Hashable:
     """What identifies a provider for calibration: its base URL, else the object."""
-    url = getattr(provider, "base_url", None)
-    return url if isinstance(url, str) else id(provider)
+    url = endpoint_of(provider)
+    return url if url is not None else id(provider)
 
 
 @attrs.define(kw_only=True, eq=False)

@@ -188,6 +188,27 @@ class Provider(Protocol):
         ...
 
 
+def endpoint_of(provider: object) -> str | None:
+    """The base URL of ``provider``, if it has one (an endpoint over HTTP).
+
+    What a provider says of itself is asked here, in the provider package, and
+    nowhere else (a provider is any object with ``complete``)."""
+    url = getattr(provider, "base_url", None)
+    return url if isinstance(url, str) else None
+
+
+def name_of(provider: object) -> str | None:
+    """The vendor's name for ``provider`` in traces (``gen_ai.provider.name``), if it says."""
+    name = getattr(provider, "provider_name", None)
+    return name if isinstance(name, str) else None
+
+
+async def release(provider: object) -> None:
+    """Close the connections ``provider`` pooled in the trio run that ends, if it pools any."""
+    if isinstance(provider, OpenAIProvider):
+        await provider.release_connections()
+
+
 def _env_base_url() -> str | None:
     return os.environ.get("OPENAI_BASE_URL") or os.environ.get("LLM_BASE_URL")
 

@@ -29,6 +29,7 @@ __all__ = [
     "not_held",
     "now_or",
     "pick_run_id",
+    "process_owner",
 ]
 
 EVENT_KEYS = ("run_id", "root_id", "type", "at")
@@ -63,6 +64,12 @@ def checked_ttl(ttl: float) -> float:
     if not (ttl > 0 and math.isfinite(ttl)):
         raise ConfigError(f"a lease ttl must be a positive number of seconds, got {ttl}")
     return ttl
+
+
+def process_owner() -> str:
+    """This process, as lease owners are named: ``pid N on HOST`` (:func:`alive`
+    reads it back)."""
+    return f"pid {os.getpid()} on {socket.gethostname()}"
 
 
 def alive(owner: str) -> bool:

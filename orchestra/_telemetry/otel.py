@@ -76,6 +76,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from .._dispatch import pending_calls
 from .._events import Event
+from .._model.provider import endpoint_of, name_of
 from .._redact import redact
 from .._run import LiveRun
 from .._state import RunState, Usage
@@ -485,12 +486,10 @@ class OTelTracer:
 
 def _endpoint(provider: object, name: str | None) -> dict[str, Any]:
     attributes: dict[str, Any] = {
-        "gen_ai.provider.name": name
-        or getattr(provider, "provider_name", None)
-        or type(provider).__name__.lower()
+        "gen_ai.provider.name": name or name_of(provider) or type(provider).__name__.lower()
     }
-    url = getattr(provider, "base_url", None)
-    if isinstance(url, str):
+    url = endpoint_of(provider)
+    if url is not None:
         try:
             parts = urlsplit(url)
             port = parts.port

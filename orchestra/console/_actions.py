@@ -12,14 +12,12 @@ Synchronous: the server calls these in a worker thread. Each raises an
 
 from __future__ import annotations
 
-import os
-import socket
-
 from .._approval import approve, cancel_unowned, reject
 from .._exceptions import StateError
 from .._recipes.recipe import Recipe
 from .._state import Status
 from .._stores.contract import DurableStore
+from .._stores.shared import process_owner
 
 __all__ = ["STOP_REASON", "approve_call", "check_resumable", "reject_call", "stop_tree"]
 
@@ -38,8 +36,7 @@ def stop_tree(store: DurableStore, root_id: str) -> None:
     if store.lease_holder(root_id) is not None:
         store.request_cancel(root_id, STOP_REASON)
         return
-    owner = f"pid {os.getpid()} on {socket.gethostname()}"  # its process died: stop it here
-    cancel_unowned(store, root_id, STOP_REASON, owner)
+    cancel_unowned(store, root_id, STOP_REASON, process_owner())  # its process died: here
 
 
 def approve_call(store: DurableStore, root_id: str, call_id: str) -> None:
