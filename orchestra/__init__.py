@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._agent import Agent, ToolPolicy, detailed_errors, generic_errors
-    from ._budget import MIN_COMPLETION
     from ._carving import Carving
     from ._catalog import catalog
+    from ._core.budget import MIN_COMPLETION
+    from ._core.stops import StopCondition
     from ._events import Event, EventSink, JsonlSink, fanout
     from ._exceptions import (
         ConfigError,
@@ -53,7 +54,6 @@ if TYPE_CHECKING:
         Status,
         Usage,
     )
-    from ._stops import StopCondition
     from ._stores.memory import MemoryStore, Store
     from ._stores.serde import state_from_dict, state_from_json, state_to_dict, state_to_json
     from ._stores.sqlite import SQLiteStore, default_store_path
@@ -139,7 +139,7 @@ _MODULE_OF: dict[str, str] = {
     name: module
     for module, names in {
         "_agent": ("Agent", "ToolPolicy", "detailed_errors", "generic_errors"),
-        "_budget": ("MIN_COMPLETION",),
+        "_core.budget": ("MIN_COMPLETION",),
         "_catalog": ("catalog",),
         "_instructions": ("CATALOG_INSTRUCTIONS",),
         "_events": ("Event", "EventSink", "JsonlSink", "fanout"),
@@ -185,7 +185,7 @@ _MODULE_OF: dict[str, str] = {
             "Status",
             "Usage",
         ),
-        "_stops": ("StopCondition",),
+        "_core.stops": ("StopCondition",),
         "_tools": ("Tool", "ToolContext", "tool"),
     }.items()
     for name in names

@@ -89,7 +89,7 @@ class Agent:
     ``max_tokens`` is the most a reply may use; the budget gate lowers it
     further when the remaining budget cannot pay for it. ``stop_when`` holds
     predicates called with the run's state after each step (a non-empty string
-    stops the run, see :mod:`orchestra._stops`); ``no_progress_after`` stops a
+    stops the run, see :mod:`orchestra._core.stops`); ``no_progress_after`` stops a
     run whose last that-many replies each made one call, the same, with the
     same result (None: never). ``look_first`` makes the model call a tool before
     it may answer: each request until the run's first tool call says

@@ -1,7 +1,7 @@
 """How a run shares what it has left among the children one reply starts (a value).
 
 The policy lives on the parent's agent (:attr:`Agent.carving`); the carving
-itself is :mod:`orchestra._fair`.
+itself is :mod:`orchestra._core.fair`.
 """
 
 from __future__ import annotations

@@ -8,10 +8,10 @@ from typing import Any
 
 import attrs
 
+from ._core.run import LiveRun
 from ._events import Event, EventSink, event_record
 from ._feed import EventFeed
 from ._redact import redact_data
-from ._run import LiveRun
 
 __all__ = ["EventHub", "Tracer"]
 

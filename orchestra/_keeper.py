@@ -25,8 +25,8 @@ from typing import Any
 import attrs
 import trio
 
+from ._core.run import LiveRun
 from ._exceptions import LeaseError, LeaseLost, StoreError
-from ._run import LiveRun
 from ._state import RunState, Status
 from ._stores.contract import CancelInbox, Leases, LiveStream, LiveText, Store
 from ._stores.fence import Fence

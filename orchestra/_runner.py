@@ -31,9 +31,7 @@ import trio
 from ._agent import Agent
 from ._approval import approve, reject
 from ._cancelled import unwrapped
-from ._events import EventSink
-from ._exceptions import StateError
-from ._execute import (
+from ._core.execute import (
     continued_state,
     execute,
     load_live,
@@ -42,6 +40,9 @@ from ._execute import (
     result_of,
     spawn_child,
 )
+from ._core.run import Ledger, LiveRun
+from ._events import EventSink
+from ._exceptions import StateError
 from ._feed import EventFeed
 from ._hub import EventHub, Tracer
 from ._keeper import LEASE_TTL, TreeKeeper
@@ -51,7 +52,6 @@ from ._model.retry import RetryPolicy
 from ._prices import PriceTable
 from ._pricing import Pricing
 from ._result import RunResult
-from ._run import Ledger, LiveRun
 from ._state import Interruption, Limits
 from ._stores.contract import Store
 from ._stores.memory import MemoryStore

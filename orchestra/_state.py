@@ -198,7 +198,7 @@ class Limits:
     not be paid without them, or one turn is left, or the deadline is one call
     away, the run makes one last call with no tools for its best answer from
     what it has, and stops with its limit's status and that answer, marked
-    partial (see :mod:`orchestra._wind_down`; None: no wind-down).
+    partial (see :mod:`orchestra._core.wind_down`; None: no wind-down).
     """
 
     max_turns: int | None = None

@@ -110,7 +110,7 @@ async def test_what_cannot_be_continued_is_refused(
 
 def test_a_running_run_is_not_continued() -> None:
     from orchestra._conversation import refuse_to_continue
-    from orchestra._execute import new_state
+    from orchestra._core.execute import new_state
 
     state = new_state(AGENT, "Go.", Limits())
     with pytest.raises(StateError, match="is running"):

@@ -19,6 +19,19 @@ ABOVE = {
     "console": ("_cli",),
     "distributed": ("_cli", "console"),
     "_scripted": ("_cli", "console", "distributed", "_recipes", "_views", "testing"),
+    "_core": (
+        "_cli",
+        "console",
+        "distributed",
+        "_recipes",
+        "_views",
+        "_telemetry",
+        "_runner",
+        "_keeper",
+        "_hub",
+        "aio",
+        "testing",
+    ),
 }
 
 
@@ -156,3 +169,13 @@ def test_the_checkers_see_overrides_and_private_imports(tmp_path: Path) -> None:
     tree = ast.parse("class A:\n    def _x(self): ...\nclass B(A):\n    def _x(self): ...\n")
     a, b = (n for n in tree.body if isinstance(n, ast.ClassDef))
     assert _private_methods(a) & _private_methods(b) == {"_x"}
+
+
+LOOP = ("run", "execute", "loop", "dispatch", "budget", "budget_note", "wind_down", "fair")
+LOOP_TOO = ("shape", "answers", "stops")
+
+
+@pytest.mark.parametrize("name", [*LOOP, *LOOP_TOO])
+def test_the_loop_lives_in_its_package(name: str) -> None:
+    assert (PACKAGE / "_core" / f"{name}.py").exists()
+    assert not (PACKAGE / f"_{name}.py").exists()

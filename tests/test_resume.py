@@ -38,7 +38,7 @@ async def test_completed_runs_cannot_be_resumed(runner, scenario_agent):
 
 async def test_tree_usage_is_recounted_from_descendants_on_load(runner, scenario_agent):
     from orchestra import Usage
-    from orchestra._execute import load_live
+    from orchestra._core.execute import load_live
 
     agent = scenario_agent("research")
     done = await runner.run(agent, "go")

@@ -21,7 +21,7 @@ from orchestra import (
     Status,
     tool,
 )
-from orchestra._execute import new_state
+from orchestra._core.execute import new_state
 from orchestra._model.provider import parse_reply
 from orchestra._model.stream import Assembly
 from orchestra._storable import (

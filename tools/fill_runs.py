@@ -39,7 +39,7 @@ import orjson
 import psycopg
 
 from orchestra import Agent, Limits, Status, Usage
-from orchestra._execute import new_state
+from orchestra._core.execute import new_state
 from orchestra._recipes.recipe import Recipe
 from orchestra._stores.transcripts import head_json
 from orchestra.distributed import Cluster, PostgresLedger, PostgresStore, submit

@@ -122,7 +122,7 @@ def start(
     """Run ``task`` as a new tree (here, or on the workers of a PostgreSQL store);
     with ``continue_from``, as the next message of that run's conversation."""
     from .._conversation import refuse_to_continue
-    from .._execute import new_run_id
+    from .._core.execute import new_run_id
     from .._model.tokens import encoding
 
     if continue_from is not None and is_distributed(output.store_path):

@@ -74,11 +74,11 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from .._dispatch import pending_calls
+from .._core.dispatch import pending_calls
+from .._core.run import LiveRun
 from .._events import Event
 from .._model.provider import endpoint_of, name_of
 from .._redact import redact
-from .._run import LiveRun
 from .._state import RunState, Usage
 from .._state import Status as RunStatus
 from . import otel_content as content

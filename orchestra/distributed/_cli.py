@@ -185,8 +185,8 @@ def submit_and_follow(
     With ``sink``, every event of the tree reaches it as it happens (text
     deltas included, each with its run's depth: see :mod:`._follow`).
     """
+    from .._core.execute import new_run_id
     from .._exceptions import ConfigError
-    from .._execute import new_run_id
     from .._views.report import tree_result
     from ._client import Cluster, submit
     from ._follow import Follower, stream

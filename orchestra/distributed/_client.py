@@ -22,8 +22,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .._agent import Agent
+from .._core.execute import new_state, reopen_state
 from .._exceptions import StateError, StoreUnreachable
-from .._execute import new_state, reopen_state
 from .._state import Limits, RunState, Status
 from ._dbos import DBOSQueue, migrate, workflow_id
 from ._ledger import PostgresLedger

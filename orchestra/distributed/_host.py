@@ -7,7 +7,7 @@ carved from what the parent has left inside one ledger transaction (the
 parent's row locked), and then it is queued: any worker may take it.
 
 The parent does not wait for it holding a worker slot: its call raises
-:class:`~orchestra._run.ChildPending`, the call stays pending and the parent
+:class:`~orchestra._core.run.ChildPending`, the call stays pending and the parent
 *parks* (its workflow ends; see :meth:`PostgresStore.park`). When its last
 running child ends, the worker that ended it queues the parent again; the
 parent's step runs the call again, finds the binding, and gets the child's
@@ -31,11 +31,11 @@ import attrs
 import trio
 
 from .._agent import Agent
-from .._dispatch import may_park
+from .._core.dispatch import may_park
+from .._core.execute import carve_child, reopen_state, spawn_child
+from .._core.run import ChildPending, LiveRun
 from .._exceptions import LeaseLost, RunNotFound, StoreUnreachable
-from .._execute import carve_child, reopen_state, spawn_child
 from .._keeper import TreeKeeper
-from .._run import ChildPending, LiveRun
 from .._runner import Runner
 from .._state import Limits, RunState, Status, Usage
 from .._stores.fence import Fence
@@ -146,7 +146,7 @@ class WorkerRunner(Runner):
         limits: Limits | None = None,
     ) -> str:
         """Bind, carve, queue and await a child run of ``parent``; its answer (the
-        one path of :func:`~orchestra._execute.spawn_child`, children on workers)."""
+        one path of :func:`~orchestra._core.execute.spawn_child`, children on workers)."""
         return await spawn_child(
             self, parent, call_id, agent, task, limits=limits, where=OnWorkers(self)
         )

@@ -1,7 +1,7 @@
 """The budget ledger in PostgreSQL: one tree's numbers, shared by every worker.
 
 Embedded, a tree's spend and reservations live in its runs' memory (see
-:mod:`orchestra._budget`). When a tree's runs execute on several workers,
+:mod:`orchestra._core.budget`). When a tree's runs execute on several workers,
 the same numbers live here, one row per run (``ledger``): the run's tree
 usage (its own spend plus every descendant's) and what is reserved against
 it by model calls in flight, its own and its descendants'.
@@ -37,8 +37,8 @@ import attrs
 import orjson
 import trio
 
+from .._core.run import LiveRun
 from .._exceptions import LeaseLost, StateError
-from .._run import LiveRun
 from .._state import RunState, Usage
 from .._stores.fence import Fence
 from ._threads import (
@@ -174,7 +174,7 @@ class _Numbers:
 
 @attrs.define(kw_only=True, eq=False)
 class PostgresLedger:
-    """The :class:`~orchestra._run.Ledger` of runs whose store is a
+    """The :class:`~orchestra._core.run.Ledger` of runs whose store is a
     :class:`~orchestra.distributed.PostgresStore` (same database).
 
     ``executor`` names this worker in holds and spend rows.
@@ -210,7 +210,7 @@ class PostgresLedger:
             )
 
     async def guarded(self, run: LiveRun, decide: Callable[[], _T]) -> _T:
-        """See :class:`~orchestra._run.Ledger`; one transaction in a worker thread.
+        """See :class:`~orchestra._core.run.Ledger`; one transaction in a worker thread.
 
         Raises:
             StepAbandoned: the database could not be reached (the current step
@@ -219,7 +219,7 @@ class PostgresLedger:
         return await self._in_step(in_thread, self._guarded, run, decide)
 
     async def released(self, run: LiveRun, release: Callable[[], _T]) -> _T:
-        """See :class:`~orchestra._run.Ledger`: tried every :data:`RETRY_S` for
+        """See :class:`~orchestra._core.run.Ledger`: tried every :data:`RETRY_S` for
         up to :data:`RELEASE_PATIENCE_S` while the database is away. A try that
         fails changes nothing, so once one gets through the step goes on as if
         the database had never been away; if none does, the step is abandoned

@@ -40,9 +40,10 @@ import attrs
 import trio
 
 from .._agent import Agent
+from .._core.execute import execute, trio_deadline
+from .._core.run import LiveRun
 from .._events import EventSink, fanout
 from .._exceptions import ConfigError, LeaseLost, StateError, StoreError, StoreUnreachable
-from .._execute import execute, trio_deadline
 from .._model.margin import Margin
 from .._model.provider import OpenAIProvider
 from .._model.retry import RetryPolicy
@@ -50,7 +51,6 @@ from .._model.tokens import encoding
 from .._prices import PriceTable
 from .._recipes.calls import ModelCalls, ProviderOptions
 from .._recipes.recipe import Recipe
-from .._run import LiveRun
 from .._state import RunState, Status
 from .._stores.fence import Fence
 from . import _dbos

@@ -30,7 +30,7 @@ from distributed_support import (
 
 from orchestra import InterruptionKind, Limits, Status, StoreUnreachable
 from orchestra._approval import approve
-from orchestra._execute import new_state
+from orchestra._core.execute import new_state
 from orchestra._recipes.recipe import Recipe
 from orchestra.distributed import AGENTS_KEY, Cluster, cancel_tree, ledger_rows, resume_tree, submit
 from orchestra.distributed._worker import agent_of_reference

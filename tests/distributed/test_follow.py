@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from orchestra import Event, Limits
-from orchestra._execute import new_state
+from orchestra._core.execute import new_state
 from orchestra.distributed import PostgresStore
 from orchestra.distributed._follow import Follower
 from orchestra.distributed._notify import LivePublisher, channel

@@ -15,11 +15,11 @@ import pytest
 import trio
 
 from orchestra import Agent, Limits, MemoryStore, Runner, Status
-from orchestra._budget import Grant, carve, reserve, settle
-from orchestra._execute import new_state
+from orchestra._core.budget import Grant, carve, reserve, settle
+from orchestra._core.execute import new_state
+from orchestra._core.run import Exit, LiveRun
 from orchestra._model.margin import Margin
 from orchestra._model.provider import ChatReply
-from orchestra._run import Exit, LiveRun
 from orchestra._state import RunState
 from orchestra._stores.serde import state_from_dict, state_to_dict
 from orchestra.distributed import PostgresLedger, PostgresStore

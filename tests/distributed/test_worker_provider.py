@@ -27,7 +27,7 @@ import pytest
 from distributed_support import ROOT, wait_until, workers
 
 from orchestra import Limits
-from orchestra._execute import new_state
+from orchestra._core.execute import new_state
 from orchestra._recipes.recipe import Recipe
 from orchestra.distributed import PostgresLedger, PostgresStore
 from orchestra.distributed._worker import Worker

@@ -17,10 +17,10 @@ import pytest
 import trio
 
 from orchestra import Agent, Limits, Runner, Status, StoreUnreachable, tool
-from orchestra._execute import new_state
+from orchestra._core.execute import new_state
+from orchestra._core.run import LiveRun
 from orchestra._model.provider import ChatReply, ChatRequest
 from orchestra._prices import PriceTable
-from orchestra._run import LiveRun
 from orchestra._state import RunState, Usage
 from orchestra._stores.serde import state_from_dict, state_to_dict
 from orchestra.distributed import PostgresLedger, PostgresStore

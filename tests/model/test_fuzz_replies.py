@@ -24,7 +24,7 @@ SQLiteStore, under MockClock. Each example asserts (:func:`check`):
 - spend within the limits: a tree whose server reported usage honestly (or
   none) spends at most ``max_budget_usd`` and ``max_tokens_total``; one whose
   server reported more than it was asked for never ends ``completed`` over
-  its budget (the budget gate's guarantee, see ``orchestra._budget``).
+  its budget (the budget gate's guarantee, see ``orchestra._core.budget``).
 
 The examples are derandomized (the same ones on every run: CI is
 repeatable); ``ORCHESTRA_FUZZ=N`` runs N fresh random examples per property

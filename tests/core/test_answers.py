@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from orchestra import Agent, Limits, Runner, Status, tool
-from orchestra._answers import LOOK_NOTE
-from orchestra._loop import LOOK_MAX_TOKENS
+from orchestra._core.answers import LOOK_NOTE
+from orchestra._core.loop import LOOK_MAX_TOKENS
 from orchestra.testing import DONE, FakeProvider, tool_calls
 
 

@@ -18,8 +18,8 @@ from orchestra import (
     Status,
     tool,
 )
+from orchestra._core.stops import repeated_calls
 from orchestra._recipes.demo import demo_agent, demo_task
-from orchestra._stops import repeated_calls
 
 
 async def test_a_model_stuck_on_one_call_is_stopped_with_its_own_reason(run_scenario):

@@ -22,16 +22,16 @@ from typing import Protocol
 import attrs
 import trio
 
-from ._agent import Agent
-from ._conversation import continued_messages, refuse_to_continue
-from ._exceptions import ConfigError, RunNotFound, StateError
-from ._fair import fair_carve, give_back
-from ._loop import charge_lost_stream, drive
-from ._result import RunResult, stop_sentence
-from ._run import ChildWaiting, Exit, Host, LiveRun
-from ._shape import running_slot
-from ._state import Interruption, InterruptionKind, LimitRaise, Limits, RunState, Status, Usage
-from ._storable import problem
+from .._agent import Agent
+from .._conversation import continued_messages, refuse_to_continue
+from .._exceptions import ConfigError, RunNotFound, StateError
+from .._result import RunResult, stop_sentence
+from .._state import Interruption, InterruptionKind, LimitRaise, Limits, RunState, Status, Usage
+from .._storable import problem
+from .fair import fair_carve, give_back
+from .loop import charge_lost_stream, drive
+from .run import ChildWaiting, Exit, Host, LiveRun
+from .shape import running_slot
 
 __all__ = [
     "IN_PROCESS",
@@ -180,7 +180,7 @@ class Children(Protocol):
         self, parent: LiveRun, call_id: str, child: RunState, agent: Agent
     ) -> Limits | str:
         """The limits of ``child`` (a run of ``agent``, made with the limits it asks
-        for) carved from what ``parent`` has left (:func:`~orchestra._fair.fair_carve`),
+        for) carved from what ``parent`` has left (:func:`~orchestra._core.fair.fair_carve`),
         or why it is not started."""
         ...
 
@@ -297,7 +297,7 @@ def carve_child(
     parent: LiveRun, call_id: str, child: RunState, agent: Agent, now: float
 ) -> Limits | str:
     """The limits of ``child``, a run of ``agent``, as its parent's agent carves
-    them at ``now`` (see :mod:`orchestra._fair`; synchronous: a worker calls it
+    them at ``now`` (see :mod:`orchestra._core.fair`; synchronous: a worker calls it
     in a thread, inside a ledger decision)."""
     return fair_carve(parent, call_id, child, agent.tool_specs(), now)
 
@@ -323,7 +323,7 @@ def trio_deadline(run: LiveRun) -> float:
 async def execute(run: LiveRun, *, one_step: bool = False, announce: bool = True) -> None:
     """Drive ``run`` inside its own cancel scope and record exactly one exit.
 
-    With ``one_step``, only one step (see :func:`~orchestra._loop.drive`): a
+    With ``one_step``, only one step (see :func:`~orchestra._core.loop.drive`): a
     run still ``running`` after it is saved as it is (with its elapsed time),
     to be continued by a later call, maybe in another process. ``announce``
     emits ``run_started`` first.

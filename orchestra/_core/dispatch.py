@@ -26,14 +26,14 @@ from typing import Any
 import attrs
 import trio
 
-from ._answers import ANSWERED
-from ._exceptions import ToolOutcomeUnknown
-from ._output import OUTPUT_TAKEN, FinalOutput
-from ._redact import redact
-from ._run import ChildPending, ChildWaiting, Exit, LiveRun
-from ._state import Interruption, InterruptionKind, RunState, Status, Usage
-from ._storable import valid_text
-from ._tools import Tool, ToolContext, ToolInputError, bound_result
+from .._exceptions import ToolOutcomeUnknown
+from .._output import OUTPUT_TAKEN, FinalOutput
+from .._redact import redact
+from .._state import Interruption, InterruptionKind, RunState, Status, Usage
+from .._storable import valid_text
+from .._tools import Tool, ToolContext, ToolInputError, bound_result
+from .answers import ANSWERED
+from .run import ChildPending, ChildWaiting, Exit, LiveRun
 
 __all__ = [
     "MAX_CALLS_PER_REPLY",

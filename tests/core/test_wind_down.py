@@ -9,9 +9,9 @@ import attrs
 import trio
 
 from orchestra import Agent, ChatReply, ChatRequest, Limits, Runner, Status, tool
+from orchestra._core.wind_down import NOTE
 from orchestra._model.tokens import count_completion, count_prompt
 from orchestra._result import stop_sentence
-from orchestra._wind_down import NOTE
 from orchestra.testing import DONE, FakeProvider, tool_calls
 
 

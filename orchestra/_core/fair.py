@@ -8,13 +8,13 @@ and tokens, the least over it and its ancestors) less its own answer's reserve
 children may return, and ``Carving.answer_tokens`` of output). Under the
 ``equal`` split each child's share of the pool is in proportion to its weight;
 its limits are then the least of its share, its own limits and what the run
-has left less the reserve (:func:`~orchestra._budget.carve`). Shares are caps,
+has left less the reserve (:func:`~orchestra._core.budget.carve`). Shares are caps,
 not holds: the spend of every child rolls up to the run as it happens, and no
 share is larger than what the shares before it left, so no sibling can take
 another's.
 
 A child whose share cannot pay one call (its first prompt, counted and widened
-by the margin, plus :data:`~orchestra._budget.MIN_COMPLETION` tokens of
+by the margin, plus :data:`~orchestra._core.budget.MIN_COMPLETION` tokens of
 output) is not started: the plan admits, in call order, as many children as
 the pool pays one call each for, and a refused child's share goes to those
 after it. A child that ends gives back what it did not spend: to the run, at
@@ -29,13 +29,13 @@ from typing import Any
 
 import attrs
 
-from ._budget import MIN_COMPLETION, carve
-from ._model.margin import Margin
-from ._model.tokens import MessageCounter
-from ._money import to_usd
-from ._run import LiveRun
-from ._shape import depth_refusal, inherit, room
-from ._state import Limits, RunState, Status
+from .._model.margin import Margin
+from .._model.tokens import MessageCounter
+from .._money import to_usd
+from .._state import Limits, RunState, Status
+from .budget import MIN_COMPLETION, carve
+from .run import LiveRun
+from .shape import depth_refusal, inherit, room
 
 __all__ = ["Plan", "answer_reserve", "fair_carve", "first_call_need", "give_back"]
 

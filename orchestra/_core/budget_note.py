@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import trio
 
-from ._money import to_usd
-from ._run import LiveRun
+from .._money import to_usd
+from .run import LiveRun
 
 __all__ = ["budget_note"]
 

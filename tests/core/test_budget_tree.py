@@ -24,9 +24,9 @@ from orchestra import (
     ToolContext,
     tool,
 )
+from orchestra._core.run import LiveRun
 from orchestra._model.tokens import count_completion, count_prompt, encoding
 from orchestra._money import from_usd
-from orchestra._run import LiveRun
 from orchestra._state import RunState, Usage
 
 # -- the scripted research demo ----------------------------------------------

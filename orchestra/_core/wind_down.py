@@ -33,11 +33,11 @@ from typing import Any
 import attrs
 import trio
 
-from ._answers import tool_ran
-from ._budget import Grant, reserve
-from ._model.margin import Margin
-from ._run import Exit, LiveRun
-from ._state import Status
+from .._model.margin import Margin
+from .._state import Status
+from .answers import tool_ran
+from .budget import Grant, reserve
+from .run import Exit, LiveRun
 
 __all__ = [
     "NOTE",

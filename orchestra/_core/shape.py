@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator
 import attrs
 import trio
 
-from ._run import LiveRun
-from ._state import Limits
+from .._state import Limits
+from .run import LiveRun
 
 __all__ = ["depth_refusal", "inherit", "room", "running_slot"]
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._model.recover import written_call
-from ._run import Exit
-from ._state import Status
+from .._model.recover import written_call
+from .._state import Status
+from .run import Exit
 
 __all__ = ["ANSWERED", "LOOK_NOTE", "answer_exit", "must_look", "tool_ran"]
 

@@ -26,12 +26,12 @@ from typing import TypeVar
 
 import attrs
 
-from ._model.margin import Margin
-from ._model.provider import ChatReply
-from ._model.tokens import count_completion
-from ._money import Price, to_usd
-from ._run import Exit, LiveRun
-from ._state import Limits, Status, Usage
+from .._model.margin import Margin
+from .._model.provider import ChatReply
+from .._model.tokens import count_completion
+from .._money import Price, to_usd
+from .._state import Limits, Status, Usage
+from .run import Exit, LiveRun
 
 _N = TypeVar("_N", int, float)
 
@@ -188,7 +188,7 @@ def settle(run: LiveRun, grant: Grant, reply: ChatReply | None, arrived: int = 0
     count widened by the prompt margin: the server's count of a prompt is
     not ours, and only the reservation is sure to cover it) and our own count
     of the reply (at least 1, at most ``max_tokens``); the run's reason says so
-    (:func:`~orchestra._run.estimate_note`). No
+    (:func:`~orchestra._core.run.estimate_note`). No
     reply: nothing, unless part of a streamed one had ``arrived`` (tokens, by
     our count) before it was cut: then the prompt as reserved and what arrived
     (at most ``max_tokens``).

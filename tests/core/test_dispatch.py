@@ -201,7 +201,7 @@ class CountingStore(MemoryStore):
 
 
 async def test_a_reply_with_2000_calls_runs_at_most_the_cap_and_answers_the_rest_in_words():
-    from orchestra._dispatch import MAX_CALLS_PER_REPLY
+    from orchestra._core.dispatch import MAX_CALLS_PER_REPLY
 
     ran: list[str] = []
 
@@ -334,9 +334,9 @@ async def test_a_call_waiting_for_a_child_elsewhere_parks_the_run() -> None:
     """On workers a child's call raises ChildPending: no result, no tool run counted,
     the calls after it wait too, a write's started marker is taken back, and the
     step ends with the run still running (to be woken when its children end)."""
-    from orchestra._execute import new_state
-    from orchestra._loop import drive
-    from orchestra._run import ChildPending, LiveRun
+    from orchestra._core.execute import new_state
+    from orchestra._core.loop import drive
+    from orchestra._core.run import ChildPending, LiveRun
 
     ran: list[str] = []
 

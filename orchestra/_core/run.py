@@ -16,21 +16,21 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import attrs
 import trio
 
-from ._agent import Agent
-from ._exceptions import LeaseLost
-from ._model.tokens import MessageCounter
-from ._money import to_usd
-from ._redact import redact
-from ._state import Interruption, Limits, RunState, Status, Usage
+from .._agent import Agent
+from .._exceptions import LeaseLost
+from .._model.tokens import MessageCounter
+from .._money import to_usd
+from .._redact import redact
+from .._state import Interruption, Limits, RunState, Status, Usage
 
 if TYPE_CHECKING:
-    from ._model.margin import Margin
-    from ._model.provider import Provider
-    from ._model.retry import RetryPolicy
-    from ._money import Price
-    from ._prices import PriceTable
-    from ._stores.contract import LiveStream
-    from ._stores.memory import Store
+    from .._model.margin import Margin
+    from .._model.provider import Provider
+    from .._model.retry import RetryPolicy
+    from .._money import Price
+    from .._prices import PriceTable
+    from .._stores.contract import LiveStream
+    from .._stores.memory import Store
 
 __all__ = [
     "ChildPending",
@@ -252,11 +252,11 @@ class LiveRun:
     child_slots: trio.Semaphore | None = None
     """Held by each child running (``Limits.max_concurrent_children``; made on first use)."""
     plans: list[Any] = attrs.Factory(list)
-    """How the children of this run's replies share its budget (:class:`orchestra._fair.Plan`;
+    """How the children of this run's replies share its budget (:class:`orchestra._core.fair.Plan`;
     in memory only: a run taken up again plans the children it has not started)."""
     estimated: int = 0
     """Replies this process charged without the server's usage (as estimated:
-    see :func:`~orchestra._budget.settle`); the run's reason says so."""
+    see :func:`~orchestra._core.budget.settle`); the run's reason says so."""
 
     _lineage: tuple[LiveRun, ...] = attrs.field(init=False, repr=False)
     """This run and its ancestors (a run's parent never changes)."""

@@ -23,8 +23,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ._run import Exit, LiveRun
-from ._state import Interruption, InterruptionKind, RunState, Status
+from .._state import Interruption, InterruptionKind, RunState, Status
+from .run import Exit, LiveRun
 
 __all__ = ["StopCondition", "check_stops", "repeated_calls"]
 

@@ -16,22 +16,22 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
-from . import _wind_down as wind_down
-from ._answers import LOOK_NOTE, answer_exit, must_look, tool_ran
-from ._budget import Grant, charge_partial, check_turns, overspent_reason, reserve, settle
-from ._budget_note import budget_note
-from ._dispatch import dispatch, flush_results, pending_calls, record_result
-from ._exceptions import ProviderError, ProviderReplyError
-from ._model.margin import Margin
-from ._model.provider import MAX_REPLY_TOKENS, ChatReply, ChatRequest, fresh_id
-from ._model.retry import complete_with_retries
-from ._money import to_usd
-from ._output import correction, is_correction
-from ._run import Exit, LiveRun
-from ._state import Interruption, InterruptionKind, RunState, Status, Usage
-from ._stops import check_stops
-from ._storable import NotStorable, storable_message, valid_text
-from ._stores.contract import LiveStream
+from .._exceptions import ProviderError, ProviderReplyError
+from .._model.margin import Margin
+from .._model.provider import MAX_REPLY_TOKENS, ChatReply, ChatRequest, fresh_id
+from .._model.retry import complete_with_retries
+from .._money import to_usd
+from .._output import correction, is_correction
+from .._state import Interruption, InterruptionKind, RunState, Status, Usage
+from .._storable import NotStorable, storable_message, valid_text
+from .._stores.contract import LiveStream
+from . import wind_down
+from .answers import LOOK_NOTE, answer_exit, must_look, tool_ran
+from .budget import Grant, charge_partial, check_turns, overspent_reason, reserve, settle
+from .budget_note import budget_note
+from .dispatch import dispatch, flush_results, pending_calls, record_result
+from .run import Exit, LiveRun
+from .stops import check_stops
 
 __all__ = ["drive"]
 
@@ -41,7 +41,7 @@ async def drive(run: LiveRun, *, one_step: bool = False) -> None:
 
     A step: the pending tool calls (calls of the last assistant message with
     no result yet), or else one model call; then the stop conditions
-    (:mod:`orchestra._stops`). Every step is saved before the next begins,
+    (:mod:`orchestra._core.stops`). Every step is saved before the next begins,
     so a worker over a durable-execution engine runs a run's steps in one go
     too (see :mod:`orchestra.distributed`). The steps are inline, not a function of
     their own: every run of a tree sits under this frame, and a cancel
@@ -80,7 +80,7 @@ class _Ask:
 
 async def model_step(run: LiveRun) -> None:
     """Check limits, reserve, call the model, record the reply (or, at the end of
-    a run that winds down, make its final call: see :mod:`orchestra._wind_down`)."""
+    a run that winds down, make its final call: see :mod:`orchestra._core.wind_down`)."""
     margin = run.runner.pricing.margin_for(run.state.model)
     if wind_down.wound(run):
         await _final_step(run, wind_down.pending(run), margin)
@@ -171,7 +171,7 @@ def _tool_choice(run: LiveRun) -> str | None:
 
 LOOK_MAX_TOKENS = 512
 """Most tokens of a reply that must be a tool call (a model that writes a plan
-instead is stopped early, then told, see :func:`~orchestra._answers.must_look`)."""
+instead is stopped early, then told, see :func:`~orchestra._core.answers.must_look`)."""
 
 
 def _gate(
