@@ -39,7 +39,6 @@ from ._storable import MAX_DEPTH, MAX_JSON_BYTES, NotStorable, decoded, too_deep
 if typing.TYPE_CHECKING:
     import jsonschema
 
-    from ._agent import Agent
     from ._state import Limits
 
 __all__ = ["Tool", "ToolContext", "ToolInputError", "bound_result", "tool"]
@@ -60,9 +59,10 @@ class Spawn(typing.Protocol):
     """How a tool call starts a child run: the call's run spawns ``agent`` on
     ``task`` under ``limits`` (carved from its own); awaited, the child's answer."""
 
-    def __call__(
-        self, agent: Agent, task: str, *, limits: Limits | None = None
-    ) -> Awaitable[str]: ...
+    def __call__(self, agent: Any, task: str, *, limits: Limits | None = None) -> Awaitable[str]:
+        """``agent``: an :class:`~orchestra.Agent` (not named here: agents hold
+        tools, so this module cannot import them)."""
+        ...
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -89,7 +89,7 @@ class ToolContext:
         """Report progress (shown live by the CLI, written to the trace)."""
         self._progress(label)
 
-    def run_child(self, agent: Agent, task: str, *, limits: Limits | None = None) -> Awaitable[str]:
+    def run_child(self, agent: Any, task: str, *, limits: Limits | None = None) -> Awaitable[str]:
         """Run ``agent`` on ``task`` as a child of this call's run; await its answer as text.
 
         The child's limits are carved from what this run has left; if nothing is
