@@ -195,7 +195,7 @@ class SQLStore:
 
     def _prefix(self, prefix: str) -> tuple[str, tuple[object, ...]]:
         """The WHERE clause (and its parameters) of the run ids ``prefix`` starts."""
-        return "substr(run_id, 1, ?) = ?", (len(prefix), prefix)
+        raise NotImplementedError
 
     def _on_commit(self, callback: Callable[[], None]) -> None:
         raise NotImplementedError

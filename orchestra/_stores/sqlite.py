@@ -239,6 +239,10 @@ class SQLiteStore(SQLStore):
     def _on_commit(self, callback: Callable[[], None]) -> None:
         self._committed.append(callback)
 
+    def _prefix(self, prefix: str) -> tuple[str, tuple[object, ...]]:
+        """``substr`` (a plain comparison, whatever characters the prefix holds)."""
+        return "substr(run_id, 1, ?) = ?", (len(prefix), prefix)
+
     def _read(self, doing: str, sql: str, *params: object) -> list[Any]:
         """The rows of one query (one statement: a consistent snapshot)."""
         with self._lock, self._sqlite_errors(doing):
