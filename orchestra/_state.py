@@ -287,6 +287,15 @@ SHAPE_LIMITS = ("max_depth", "max_children", "max_descendants", "max_concurrent_
 reads in a version that does not know them."""
 
 
+@attrs.frozen
+class WindDown:
+    """A run at its end by a limit: the status and reason it will stop with (kept in
+    ``RunState.winding_down`` while its final call is still to make)."""
+
+    status: Status
+    reason: str
+
+
 @attrs.frozen(kw_only=True)
 class Approval:
     """A human's yes to one call, bound to its exact arguments."""
@@ -364,6 +373,10 @@ class RunState:
     :mod:`orchestra._conversation`); None for a conversation's first run."""
     conversation_id: str | None = None
     """The first run of the conversation this run continues (None: its own)."""
+    winding_down: WindDown | None = None
+    """The wind-down under way (its final call not made yet), so that a resume
+    makes the same final call (see :mod:`orchestra._core.wind_down`); saved
+    only when set."""
 
     @property
     def conversation(self) -> str:

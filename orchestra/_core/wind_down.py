@@ -34,7 +34,7 @@ import attrs
 import trio
 
 from .._model.margin import Margin
-from .._state import Status
+from .._state import Status, WindDown
 from .answers import tool_ran
 from .budget import Grant, reserve
 from .run import Exit, LiveRun
@@ -67,17 +67,9 @@ FINDING_CHARS = 600
 """The most of one tool result a handed-back answer quotes."""
 FINDINGS_CHARS = 4000
 """The most a handed-back answer quotes in all (the latest results kept)."""
-_KEY = "orchestra.wind_down"
-"""Run metadata: the status and reason of a wind-down under way (its final call
-not yet made), so that a resume makes the same final call."""
-
-
-@attrs.frozen
-class WindDown:
-    """The run is at its end: the status and reason it will stop with."""
-
-    status: Status
-    reason: str
+_LEGACY_KEY = "orchestra.wind_down"
+"""Where versions before ``RunState.winding_down`` noted a wind-down under way
+(run metadata, ``"STATUS REASON"``): read once, then moved to the field."""
 
 
 def applies(run: LiveRun) -> bool:
@@ -90,30 +82,42 @@ def applies(run: LiveRun) -> bool:
 
 def wound(run: LiveRun) -> bool:
     """Whether the run began its wind-down (its final call is still to make)."""
-    return _KEY in run.state.metadata
+    return _under_way(run) is not None
 
 
 def pending(run: LiveRun) -> WindDown:
     """The wind-down the run began (see :func:`begin`)."""
-    status, _, reason = run.state.metadata[_KEY].partition(" ")
-    return WindDown(Status(status), reason)
+    wind = _under_way(run)
+    assert wind is not None, "pending() of a run that is not winding down"
+    return wind
+
+
+def _under_way(run: LiveRun) -> WindDown | None:
+    """``state.winding_down``; a note left in the metadata by an older version is
+    moved there first."""
+    state = run.state
+    legacy = state.metadata.pop(_LEGACY_KEY, None)
+    if legacy is not None:
+        status, _, reason = legacy.partition(" ")
+        state.winding_down = WindDown(Status(status), reason)
+    return state.winding_down
 
 
 def begin(run: LiveRun, wind: WindDown) -> None:
     """Note the wind-down and append :data:`NOTE` (once; saved with the reply)."""
     if not wound(run):
-        run.state.metadata[_KEY] = f"{wind.status.value} {wind.reason}"
+        run.state.winding_down = wind
         run.state.messages.append(dict(NOTE))
 
 
 def end(run: LiveRun) -> None:
     """The final call is made: the wind-down is over (a later resume calls as usual)."""
-    run.state.metadata.pop(_KEY, None)
+    run.state.winding_down = None
 
 
 def abandon(run: LiveRun) -> None:
     """Undo :func:`begin`: the final call could not be paid."""
-    run.state.metadata.pop(_KEY, None)
+    run.state.winding_down = None
     if run.state.messages and run.state.messages[-1] == NOTE:
         run.state.messages.pop()
 

@@ -29,6 +29,8 @@ _converter.register_unstructure_hook(Limits, Limits.saved)
 def state_to_dict(state: RunState) -> dict[str, Any]:
     """The state as plain JSON-able data (reasons and errors redacted)."""
     data: dict[str, Any] = _converter.unstructure(state)
+    if data.get("winding_down") is None:  # saved only when set: older versions read it
+        data.pop("winding_down", None)
     _redact_fields(data)
     if isinstance(data.get("interruption"), dict):
         _redact_fields(data["interruption"])

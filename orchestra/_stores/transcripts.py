@@ -68,6 +68,9 @@ def head_json(state: RunState) -> str:
         "continues": s.continues,
         "conversation_id": s.conversation_id,
     }
+    if s.winding_down is not None:  # saved only when set, as by state_to_dict
+        wind = s.winding_down
+        document["winding_down"] = {"status": wind.status.value, "reason": wind.reason}
     return _text(orjson.dumps(document))
 
 
