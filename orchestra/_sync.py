@@ -38,6 +38,8 @@ def blocking(providers: Iterable[Provider], fn: Callable[[], Awaitable[_T]]) -> 
         try:
             return await fn()
         finally:
+            # shielded: a cancelled tree still closes the connections this trio run
+            # pooled (the next run_sync is another trio run, which cannot reuse them)
             with trio.CancelScope(shield=True):
                 await release(used)
 

@@ -226,12 +226,14 @@ async def _in_thread(fn: ToolFunction, kwargs: dict[str, Any], ctx: ToolContext 
     abandoned = False
 
     def progress(label: str) -> None:
-        if not abandoned and ctx is not None:
-            trio.from_thread.run_sync(ctx.progress, label)
+        if not abandoned and ctx is not None:  # a tool abandoned on cancel no longer reports
+            trio.from_thread.run_sync(ctx.progress, label)  # events are emitted on trio's thread
 
     if ctx is not None:
         kwargs["ctx"] = attrs.evolve(ctx, progress=progress)
     try:
+        # abandoned on cancel: a sync tool cannot be interrupted, so the run stops at
+        # once and the thread finishes (or not) on its own; its result is ignored
         return await trio.to_thread.run_sync(partial(fn, **kwargs), abandon_on_cancel=True)
     finally:
         abandoned = True

@@ -132,6 +132,8 @@ class _Portal:
                     self.to_loop(partial(_settle, self.ready))
                 await self.stop.wait()
         finally:
+            # shielded: the portal is closing because it was cancelled; its pooled
+            # connections belong to this trio run and must be closed before it ends
             with trio.CancelScope(shield=True):
                 await release({runner.provider for runner in self.runners})
 

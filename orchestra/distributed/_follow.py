@@ -281,5 +281,6 @@ async def tree_events(database: str, root_id: str) -> AsyncIterator[Event]:
         for event in await trio.to_thread.run_sync(follower.finish):
             yield event
     finally:
+        # shielded: a reader that went away still UNLISTENs and drops its follow row
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(follower.close)

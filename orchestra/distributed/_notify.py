@@ -191,6 +191,7 @@ class LivePublisher:
         now = trio.current_time()
         ask = sorted({e.root_id for e in batch if self._known.get(e.root_id, (0, 0.0))[1] <= now})
         known = {root: followed for root, (followed, _) in self._known.items()}
+        # in a thread, on a connection of its own: a NOTIFY never waits on the trio loop
         followed = await trio.to_thread.run_sync(self._link.send, batch, ask, known)
         until = trio.current_time() + FOLLOW_TTL_S
         for root in ask:

@@ -215,6 +215,8 @@ class Worker:
                 finally:
                     trio.lowlevel.remove_instrument(watch)
         finally:
+            # shielded: a worker stopped by a signal still stops DBOS (its executor
+            # threads) and closes its providers before the process exits
             with trio.CancelScope(shield=True):
                 await self._close()
 
