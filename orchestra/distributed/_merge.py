@@ -13,7 +13,10 @@ events in their order:
 - a saved event of a run seen live waits up to :data:`HOLD_S` for its live
   copy, so that deltas still on their way are not shown after it; a run not
   seen live (the tree was followed after it started, or its worker published
-  nothing) has its saved events shown at once.
+  nothing) has its saved events shown at once;
+- a text delta made before a saved event shown without its live copy (its
+  batch was delayed past the hold, as on a loaded machine) is dropped: shown,
+  it would fall outside its model call.
 
 Depth: a live event carries its run's; a saved one gets its parent's plus one
 (``depth_of`` asks the store for a run none of whose events came first).
@@ -66,6 +69,10 @@ class _Run:
     """Read from the table, waiting for their live copy (read at, record)."""
     live: bool = False
     """Whether any live event of the run came."""
+    shown_up_to: float = float("-inf")
+    """The latest ``at`` of the run's saved events shown without their live copy:
+    a text delta made before it comes too late (a live batch delayed past
+    :data:`HOLD_S`, on a loaded machine) and is dropped, not shown after it."""
 
 
 def _find(queue: deque[Any], record: dict[str, Any], key: Callable[[Any], Any]) -> int:
@@ -101,7 +108,8 @@ class TreeMerge:
             run = self._run(record["run_id"])
             run.live = True
             if record["type"] == "text_delta":
-                self._show(record)
+                if float(record["at"]) >= run.shown_up_to:  # else: late, see shown_up_to
+                    self._show(record)
             elif (index := _find(run.held, record, lambda held: held[1])) >= 0:
                 self._release(run, index)  # saved ones before it missed the live path
                 run.held.popleft()
@@ -119,8 +127,7 @@ class TreeMerge:
             if run.live:
                 run.held.append((now, record))
             else:
-                self._show(record)
-                run.behind.append(record)
+                self._shown_saved(run, record)
 
     def release(self, now: float) -> None:
         """Show the saved events that waited :data:`HOLD_S` for a live copy in vain."""
@@ -142,8 +149,13 @@ class TreeMerge:
     def _release(self, run: _Run, count: int) -> None:
         for _ in range(count):
             _, record = run.held.popleft()
-            self._show(record)
-            run.behind.append(record)
+            self._shown_saved(run, record)
+
+    def _shown_saved(self, run: _Run, record: dict[str, Any]) -> None:
+        """Show a saved event whose live copy has not come (it may yet: then dropped)."""
+        self._show(record)
+        run.behind.append(record)
+        run.shown_up_to = max(run.shown_up_to, float(record["at"]))
 
     def _run(self, run_id: str) -> _Run:
         run = self._runs.get(run_id)

@@ -161,3 +161,22 @@ def test_payloads_stay_under_the_limit_and_split_long_deltas() -> None:
     assert sum(r["tokens"] for r in deltas) == 7
     assert [r["type"] for _, r in entries if r["type"] != "text_delta"] == ["tool_start"] * 40
     # the oversized turn is left to the table
+
+
+def test_deltas_of_a_live_batch_delayed_past_the_hold_are_dropped_not_misplaced() -> None:
+    merge = TreeMerge(ROOT, no_store)
+    merge.live([(0, rec("run_started", at=0.5))])  # the run is seen live
+    request, turn = rec("model_request", at=1.0), rec("turn", at=3.0)
+    merge.saved([request, turn], now=10.0)  # the call's batch is late (a loaded machine)
+    merge.release(10.0 + HOLD_S)
+    late = rec("text_delta", at=2.0, text="Hel", tokens=1)
+    merge.live([(0, request), (0, late), (0, turn)])
+    after = rec("text_delta", at=4.0, text="next", tokens=1)  # the next call's: in time
+    merge.live([(0, rec("model_request", at=3.5)), (0, after)])
+    assert [t for _, t, _ in shown(merge)] == [
+        "run_started",
+        "model_request",
+        "turn",
+        "model_request",
+        "text_delta",
+    ]
