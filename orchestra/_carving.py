@@ -43,7 +43,9 @@ class Carving:
             share what the run can give them, each in proportion to its
             weight, and each is still capped by its own limit; ``"as_left"``:
             each child may use whatever the run has left when it starts
-            (the first can take what its siblings needed).
+            (the first can take what its siblings needed: a sibling started,
+            or waiting for a ``max_concurrent_children`` slot, may then find
+            nothing left for its first call).
         weights: a weight per tool name (default 1): ``{"research": 2}``
             gives each ``research`` child twice the share of a weight-1 sibling.
         answer_tokens: output tokens the run keeps for its own answer after
