@@ -11,9 +11,10 @@ events in their order:
 - a saved event already shown live is dropped (live events before it that
   were never saved belonged to a step that was lost: they stay shown);
 - a saved event of a run seen live waits up to :data:`HOLD_S` for its live
-  copy, so that deltas still on their way are not shown after it; a run not
-  seen live (the tree was followed after it started, or its worker published
-  nothing) has its saved events shown at once;
+  copy (longer once a live copy came too late: up to :data:`HOLD_MAX_S`), so
+  that deltas still on their way are not shown after it; a run not seen live
+  (the tree was followed after it started, or its worker published nothing)
+  has its saved events shown at once;
 - a text delta made before a saved event shown without its live copy (its
   batch was delayed past the hold, as on a loaded machine) is dropped: shown,
   it would fall outside its model call.
@@ -37,7 +38,10 @@ from .._events import Event
 __all__ = ["HOLD_S", "TreeMerge", "as_event"]
 
 HOLD_S = 0.15
-"""How long a saved event waits for its live copy (then it is shown without)."""
+"""How long a saved event waits for its live copy at first (then it is shown without)."""
+HOLD_MAX_S = 2.0
+"""The longest wait: each live batch bringing a copy whose saved one was shown
+without it doubles the wait, up to this (live batches lag on a loaded machine)."""
 _KEPT = 512
 """Events remembered per run for matching (the oldest are forgotten)."""
 _KEYS = ("type", "run_id", "root_id", "parent_id", "at")
@@ -67,6 +71,8 @@ class _Run:
     """Shown from the table, not yet come live."""
     held: deque[tuple[float, dict[str, Any]]] = attrs.field(factory=deque)
     """Read from the table, waiting for their live copy (read at, record)."""
+    gave_up: deque[dict[str, Any]] = attrs.field(factory=lambda: deque(maxlen=_KEPT))
+    """Shown from the table after waiting in vain for their live copy."""
     live: bool = False
     """Whether any live event of the run came."""
     shown_up_to: float = float("-inf")
@@ -100,9 +106,12 @@ class TreeMerge:
     _out: list[Event] = attrs.field(factory=list, init=False)
     root_stopped: bool = attrs.field(default=False, init=False)
     """Whether the root's ``run_stopped`` was shown."""
+    hold_s: float = attrs.field(default=HOLD_S, init=False)
+    """How long a saved event waits for its live copy now (see :data:`HOLD_MAX_S`)."""
 
     def live(self, entries: Sequence[tuple[int, dict[str, Any]]]) -> None:
         """Events of one live batch, in order: ``(depth, record)``."""
+        late = False
         for depth, record in entries:
             self._depths[record["run_id"]] = depth
             run = self._run(record["run_id"])
@@ -114,9 +123,13 @@ class TreeMerge:
                 self._release(run, index)  # saved ones before it missed the live path
                 run.held.popleft()
                 self._show(record)
-            elif not _cut(run.behind, record):
+            elif _cut(run.behind, record):
+                late = _cut(run.gave_up, record) or late  # it came, but too late
+            else:
                 self._show(record)
                 run.ahead.append(record)
+        if late:  # wait longer from now on (once per batch)
+            self.hold_s = min(self.hold_s * 2, HOLD_MAX_S)
 
     def saved(self, records: Sequence[dict[str, Any]], now: float) -> None:
         """Events read from the table, in ``seq`` order, at ``now``."""
@@ -132,13 +145,14 @@ class TreeMerge:
     def release(self, now: float) -> None:
         """Show the saved events that waited :data:`HOLD_S` for a live copy in vain."""
         for run in self._runs.values():
-            due = sum(1 for read_at, _ in run.held if read_at + HOLD_S <= now)
+            due = sum(1 for read_at, _ in run.held if read_at + self.hold_s <= now)
             if due:
                 self._release(run, due)
+                run.gave_up.extend(record for record in list(run.behind)[-due:])
 
     def next_due(self) -> float | None:
         """When the next held event is due (None: none is held)."""
-        times = [run.held[0][0] + HOLD_S for run in self._runs.values() if run.held]
+        times = [run.held[0][0] + self.hold_s for run in self._runs.values() if run.held]
         return min(times, default=None)
 
     def take(self) -> list[Event]:

@@ -180,3 +180,19 @@ def test_deltas_of_a_live_batch_delayed_past_the_hold_are_dropped_not_misplaced(
         "model_request",
         "text_delta",
     ]
+
+
+def test_once_a_live_copy_came_too_late_saved_events_wait_longer() -> None:
+    merge = TreeMerge(ROOT, no_store)
+    merge.live([(0, rec("run_started", at=0.5))])
+    first, turn = rec("model_request", at=1.0), rec("turn", at=3.0)
+    merge.saved([first, turn], now=10.0)
+    merge.release(10.0 + HOLD_S)  # shown without their live copies
+    merge.live([(0, first), (0, turn)])  # which come, too late
+    assert merge.hold_s == 2 * HOLD_S
+    second, reply = rec("model_request", at=4.0), rec("turn", at=6.0)
+    merge.saved([second, reply], now=20.0)
+    merge.release(20.0 + HOLD_S)  # within the longer hold: still waiting
+    merge.live([(0, second), (0, rec("text_delta", at=5.0, text="x", tokens=1)), (0, reply)])
+    types = [t for _, t, _ in shown(merge)]
+    assert types[-3:] == ["model_request", "text_delta", "turn"]
