@@ -37,7 +37,7 @@ from .._events import Event
 
 __all__ = ["HOLD_S", "TreeMerge", "as_event"]
 
-HOLD_S = 0.15
+HOLD_S = 0.5
 """How long a saved event waits for its live copy at first (then it is shown without)."""
 HOLD_MAX_S = 2.0
 """The longest wait: each live batch bringing a copy whose saved one was shown
