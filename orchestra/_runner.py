@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Coroutine
 from functools import partial
-from typing import Any, TypedDict, Unpack
+from typing import Any, ClassVar, TypedDict, Unpack
 
 import attrs
 import trio
@@ -188,6 +188,9 @@ class Runner:
     pricing: Pricing = attrs.field(init=False)
     hub: EventHub = attrs.field(init=False)
     keeper: TreeKeeper = attrs.field(init=False)
+    KEEPER: ClassVar[type[TreeKeeper]] = TreeKeeper
+    """The kind of keeper a runner of this class builds (a worker's fences its
+    saves by its step's claim)."""
     _clock_origin: tuple[float, float] | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -198,7 +201,7 @@ class Runner:
             calibration=self.calibration,
         )
         self.hub = EventHub(clock=self.now, sink=self.sink, tracer=self.tracer)
-        self.keeper = TreeKeeper(
+        self.keeper = self.KEEPER(
             store=self.store,
             owner=self.owner,
             poll_interval=self.poll_interval,

@@ -52,8 +52,6 @@ _Pair = tuple[int | None, int | None]
 class Plan:
     """How one reply's children share their parent's pool (kept on the parent's live run)."""
 
-    message: int
-    """Index in the parent's transcript of the reply that starts the children."""
     weights: dict[str, float]
     """Calls still to carve, in call order, with their weights."""
     refused: dict[str, _Pair]
@@ -72,12 +70,11 @@ def first_call_need(
 ) -> tuple[int, int]:
     """What a new child's first call needs at least (pico-dollars, tokens): its
     prompt as reserved plus :data:`MIN_COMPLETION` tokens of output."""
-    runner = parent.runner
+    pricing = parent.runner.pricing
     counted = MessageCounter().count(state.messages, tools)
-    prompt = runner.pricing.margin_for(state.model).apply(counted, len(state.messages))
-    return runner.pricing.price_of(state.model).reserved(
-        prompt, MIN_COMPLETION
-    ), prompt + MIN_COMPLETION
+    prompt = pricing.margin_for(state.model).apply(counted, len(state.messages))
+    pico = pricing.price_of(state.model).reserved(prompt, MIN_COMPLETION)
+    return pico, prompt + MIN_COMPLETION
 
 
 def answer_reserve(parent: LiveRun, children: int) -> tuple[int, int]:
@@ -93,9 +90,8 @@ def answer_reserve(parent: LiveRun, children: int) -> tuple[int, int]:
     margin = parent.runner.pricing.margin_for(parent.state.model).widened(KEEP_MARGIN)
     prompt = margin.apply(counted + GROWTH_TOKENS * children, len(messages) + children)
     output = min(answer, parent.agent.max_tokens)
-    return parent.runner.pricing.price_of(parent.state.model).reserved(
-        prompt, output
-    ), prompt + output
+    pico = parent.runner.pricing.price_of(parent.state.model).reserved(prompt, output)
+    return pico, prompt + output
 
 
 def fair_carve(
@@ -103,21 +99,19 @@ def fair_carve(
 ) -> Limits | str:
     """The limits of the child ``child`` (not started yet) for ``call_id``, or why
     it is not started (see the module's docstring)."""
-    plan = _plan_for(parent, call_id, child, tools)
+    need = first_call_need(parent, child, tools)
+    plan = _plan_for(parent, call_id, need)
+    bound = room(parent)  # again: children of other replies may have started since
+    if call_id not in plan.shaped and bound is not None and bound[0] <= 0:
+        _refuse_for_shape(plan, call_id, bound[1])
     if call_id in plan.shaped:
         return plan.shaped[call_id]
-    bound = room(parent)  # again: children of other replies may have started since
-    if bound is not None and bound[0] <= 0:
-        plan.weights.pop(call_id, None)
-        plan.shaped[call_id] = f"{bound[1]} (the run goes on with what it has)"
-        return plan.shaped[call_id]
-    need = first_call_need(parent, child, tools)
+    if call_id in plan.refused:
+        return _refusal(plan, need, plan.refused[call_id])
     if parent.agent.carving.split == "as_left":
         share = _pool(parent, plan.reserve)
     else:
         share = _share(plan, call_id, plan.weights.get(call_id, 1.0))
-    if call_id in plan.refused:
-        return _refusal(plan, need, plan.refused[call_id])
     if _short(share, need):
         plan.refused[call_id] = share
         plan.weights.pop(call_id, None)
@@ -175,23 +169,16 @@ def _raise_budget(plan: Plan, sibling: LiveRun, extra: int) -> None:
 # -- the plan ---------------------------------------------------------------------------
 
 
-def _plan_for(
-    parent: LiveRun, call_id: str, child: RunState, tools: Sequence[dict[str, Any]]
-) -> Plan:
-    """The plan of the reply that holds ``call_id`` (made on its first child)."""
+def _plan_for(parent: LiveRun, call_id: str, need: tuple[int, int]) -> Plan:
+    """The plan of the reply that holds ``call_id`` (made on its first child, whose
+    first call's ``need`` stands for every child's when admitting them)."""
     plan = _plan_of(parent, call_id)
     if plan is not None:
         return plan
-    message, calls = _reply_calls(parent, call_id)
+    calls = _reply_calls(parent, call_id)
     reserve = answer_reserve(parent, len(calls))
-    pool = _pool(parent, reserve)
     plan = Plan(
-        message=message,
-        weights=dict(calls),
-        refused={},
-        pool=pool,
-        reserve=reserve,
-        need=first_call_need(parent, child, tools),
+        weights=dict(calls), refused={}, pool=_pool(parent, reserve), reserve=reserve, need=need
     )
     _shape(plan, parent)
     if parent.agent.carving.split == "equal":
@@ -222,13 +209,18 @@ def _shape(plan: Plan, parent: LiveRun) -> None:
             return
         over, why = list(plan.weights)[max(bound[0], 0) :], bound[1]
     for call_id in over:
-        plan.weights.pop(call_id)
-        plan.shaped[call_id] = f"{why} (the run goes on with what it has)"
+        _refuse_for_shape(plan, call_id, why)
 
 
-def _reply_calls(parent: LiveRun, call_id: str) -> tuple[int, list[tuple[str, float]]]:
-    """The reply holding ``call_id``, and its calls that start children not
-    started yet (agent tools, and ``call_id`` itself), with their weights."""
+def _refuse_for_shape(plan: Plan, call_id: str, why: str) -> None:
+    """``call_id``'s child is not started for a limit on the tree's shape (``why``)."""
+    plan.weights.pop(call_id, None)
+    plan.shaped[call_id] = f"{why} (the run goes on with what it has)"
+
+
+def _reply_calls(parent: LiveRun, call_id: str) -> list[tuple[str, float]]:
+    """The calls of the reply holding ``call_id`` that start children not started
+    yet (agent tools, and ``call_id`` itself), with their weights."""
     messages = parent.state.messages
     weights = parent.agent.carving.weights
     for index in range(len(messages) - 1, -1, -1):
@@ -241,8 +233,8 @@ def _reply_calls(parent: LiveRun, call_id: str) -> tuple[int, list[tuple[str, fl
             for call in calls
             if call["id"] == call_id or _starts_child(parent, call, parent.state.children)
         ]
-        return index, found
-    return len(messages), [(call_id, 1.0)]
+        return found
+    return [(call_id, 1.0)]
 
 
 def _name(call: dict[str, Any]) -> str:

@@ -25,7 +25,7 @@ import contextlib
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
 import attrs
 import trio
@@ -126,15 +126,7 @@ class WorkerRunner(Runner):
 
     queue: RunQueue
     keeper: WorkerKeeper = attrs.field(init=False)
-
-    def __attrs_post_init__(self) -> None:
-        super().__attrs_post_init__()
-        self.keeper = WorkerKeeper(
-            store=self.store,
-            owner=self.owner,
-            poll_interval=self.poll_interval,
-            lease_ttl=self.lease_ttl,
-        )
+    KEEPER: ClassVar[type[TreeKeeper]] = WorkerKeeper
 
     async def spawn_child(
         self,

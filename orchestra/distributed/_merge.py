@@ -146,9 +146,7 @@ class TreeMerge:
         """Show the saved events that waited :data:`HOLD_S` for a live copy in vain."""
         for run in self._runs.values():
             due = sum(1 for read_at, _ in run.held if read_at + self.hold_s <= now)
-            if due:
-                self._release(run, due)
-                run.gave_up.extend(record for record in list(run.behind)[-due:])
+            run.gave_up.extend(self._release(run, due))
 
     def next_due(self) -> float | None:
         """When the next held event is due (None: none is held)."""
@@ -160,10 +158,12 @@ class TreeMerge:
         out, self._out = self._out, []
         return out
 
-    def _release(self, run: _Run, count: int) -> None:
-        for _ in range(count):
-            _, record = run.held.popleft()
+    def _release(self, run: _Run, count: int) -> list[dict[str, Any]]:
+        """Show the first ``count`` held events without their live copy; them."""
+        released = [run.held.popleft()[1] for _ in range(count)]
+        for record in released:
             self._shown_saved(run, record)
+        return released
 
     def _shown_saved(self, run: _Run, record: dict[str, Any]) -> None:
         """Show a saved event whose live copy has not come (it may yet: then dropped)."""
