@@ -41,7 +41,7 @@ if typing.TYPE_CHECKING:
 
     from ._state import Limits
 
-__all__ = ["Tool", "ToolContext", "ToolInputError", "bound_result", "tool"]
+__all__ = ["ChildAgent", "Tool", "ToolContext", "ToolInputError", "bound_result", "tool"]
 
 MAX_ARGUMENT_BYTES = MAX_JSON_BYTES
 """The largest argument string (UTF-8 bytes) a tool call may carry."""
@@ -55,14 +55,27 @@ NOTE_BYTES = 200
 """Room kept for a truncation note: a cut result, note included, fits its limit."""
 
 
+class ChildAgent(typing.Protocol):
+    """What :meth:`ToolContext.run_child` starts: an :class:`~orchestra.Agent`.
+
+    A protocol rather than the class because agents hold tools, so this module
+    cannot import them; a value that is not an ``Agent`` is refused when the
+    child is started (``ConfigError``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def limits(self) -> Limits: ...
+
+
 class Spawn(typing.Protocol):
     """How a tool call starts a child run: the call's run spawns ``agent`` on
     ``task`` under ``limits`` (carved from its own); awaited, the child's answer."""
 
-    def __call__(self, agent: Any, task: str, *, limits: Limits | None = None) -> Awaitable[str]:
-        """``agent``: an :class:`~orchestra.Agent` (not named here: agents hold
-        tools, so this module cannot import them)."""
-        ...
+    def __call__(
+        self, agent: ChildAgent, task: str, *, limits: Limits | None = None
+    ) -> Awaitable[str]: ...
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -89,7 +102,9 @@ class ToolContext:
         """Report progress (shown live by the CLI, written to the trace)."""
         self._progress(label)
 
-    def run_child(self, agent: Any, task: str, *, limits: Limits | None = None) -> Awaitable[str]:
+    def run_child(
+        self, agent: ChildAgent, task: str, *, limits: Limits | None = None
+    ) -> Awaitable[str]:
         """Run ``agent`` on ``task`` as a child of this call's run; await its answer as text.
 
         The child's limits are carved from what this run has left; if nothing is

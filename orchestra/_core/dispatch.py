@@ -19,19 +19,19 @@ runs again on resume, with the same idempotency key).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from functools import partial
+from collections.abc import Awaitable
 from typing import Any
 
 import attrs
 import trio
 
-from .._exceptions import ToolOutcomeUnknown
+from .._agent import Agent
+from .._exceptions import ConfigError, ToolOutcomeUnknown
 from .._output import OUTPUT_TAKEN, FinalOutput
 from .._redact import redact
-from .._state import Interruption, InterruptionKind, RunState, Status, Usage
+from .._state import Interruption, InterruptionKind, Limits, RunState, Status, Usage
 from .._storable import valid_text
-from .._tools import Tool, ToolContext, ToolInputError, bound_result
+from .._tools import ChildAgent, Tool, ToolContext, ToolInputError, bound_result
 from .answers import ANSWERED
 from .run import ChildPending, ChildWaiting, Exit, LiveRun
 
@@ -344,7 +344,11 @@ def _context(run: LiveRun, call: Call, started: float, limit: float) -> ToolCont
             elapsed_ms=round(elapsed, 1),
         )
 
-    spawn: Callable[..., Any] = partial(run.runner.spawn_child, run, call.id)
+    def spawn(agent: ChildAgent, task: str, *, limits: Limits | None = None) -> Awaitable[str]:
+        if not isinstance(agent, Agent):
+            raise ConfigError(f"run_child starts an Agent, not {type(agent).__name__}")
+        return run.runner.spawn_child(run, call.id, agent, task, limits=limits)
+
     return ToolContext(
         run_id=run.state.run_id,
         call_id=call.id,

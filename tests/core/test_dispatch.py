@@ -14,6 +14,7 @@ from orchestra import (
     PermanentToolError,
     Runner,
     Status,
+    ToolContext,
     ToolPolicy,
     generic_errors,
     tool,
@@ -367,3 +368,15 @@ async def test_a_call_waiting_for_a_child_elsewhere_parks_the_run() -> None:
     assert run.state.awaiting == ["child-q1"]  # its end will answer the call as it stands
     waiting = [e.data for e in events if e.type == "tool_waiting"]
     assert waiting == [{"tool": "ask", "call_id": "c1", "child_id": "child-q1"}]
+
+
+async def test_run_child_of_something_not_an_agent_is_refused_in_words():
+    @tool(read_only=True)
+    async def delegate(question: str, ctx: ToolContext) -> str:
+        """Ask a helper."""
+        return await ctx.run_child("researcher", question)  # type: ignore[arg-type]
+
+    result = await run(Script(calls(("delegate", '{"question": "why"}')), DONE), tools=(delegate,))
+    assert result.status is Status.COMPLETED
+    assert result.state.children == {}
+    assert "run_child starts an Agent, not str" in tool_messages(result)[0]
