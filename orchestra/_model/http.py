@@ -53,9 +53,9 @@ from urllib.parse import urlsplit
 
 import attrs
 import httpcore
-import httpx
 import trio
 
+from .httpx_lean import httpx
 from .sse import EventParser, ServerEvent
 from .stream import Reading, is_event_stream
 
