@@ -317,7 +317,7 @@ def test_a_process_killed_midstream_has_what_arrived_charged_by_the_resume(tmp_p
         )
         assert run.stderr is not None
         line = run.stderr.readline()
-        while " started (stop it with: " not in line:  # "sandbox: …" comes first
+        while not line.endswith(" started\n"):  # "sandbox: …" comes first
             line = run.stderr.readline()
         run_id = line.split()[1]
         deadline = time.monotonic() + 30

@@ -103,11 +103,11 @@ def _tracing(output: Output) -> tuple[Any, Any]:
 
 
 def tell_started(run_id: str, output: Output) -> None:
-    """Say on stderr, at once, which run this is and how to stop it from elsewhere."""
+    """Say on stderr, at once, which run this is and how to stop it from elsewhere
+    (two lines, so that each fits 80 columns)."""
+    click.echo(f"run {run_id} started", err=True)
     click.echo(
-        f"run {run_id} started (stop it with: orchestra cancel {run_id}"
-        f"{store_flag(output.store_path)})",
-        err=True,
+        f"  stop it with: orchestra cancel {run_id}{store_flag(output.store_path)}", err=True
     )
 
 

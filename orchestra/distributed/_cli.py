@@ -204,10 +204,9 @@ def submit_and_follow(
         agent = recipe.agent(limits)
         metadata = recipe.metadata()
         submit(cluster, agent, task, limits=limits, metadata=metadata, run_id=run_id)
+        click.echo(f"run {run_id} submitted to the workers of {redacted(database)}", err=True)
         click.echo(
-            f"run {run_id} submitted to the workers of {redacted(database)} (stop it with: "
-            f"orchestra cancel {run_id} --store {redacted(database)})",
-            err=True,
+            f"  stop it with: orchestra cancel {run_id} --store {redacted(database)}", err=True
         )
         if follower is not None and sink is not None:
             stream(follower, sink, away=_Away(), tick=_Untaken(cluster, run_id))

@@ -37,7 +37,8 @@ def fails(args: list[str], code: int) -> str:
 
 def _started(line: str) -> bool:
     """The notice of a command that started a run (said before it can fail)."""
-    return line.startswith("run run_") and " started (stop it with: orchestra cancel " in line
+    started = line.startswith("run run_") and line.endswith(" started")
+    return started or line.startswith("  stop it with: orchestra cancel run_")
 
 
 def demo(*args: str, code: int = 0) -> dict[str, Any]:

@@ -109,8 +109,9 @@ def test_a_background_demo_says_its_id_at_once_and_is_cancelled_from_another_she
         assert demo.stderr is not None
         first = demo.stderr.readline()  # said before the tree ends (it would take a day)
         run_id = first.split()[1]
-        assert first == (
-            f"run {run_id} started (stop it with: orchestra cancel {run_id} --store {store})\n"
+        assert first == f"run {run_id} started\n"
+        assert demo.stderr.readline() == (
+            f"  stop it with: orchestra cancel {run_id} --store {store}\n"
         )
         cancelled = subprocess.run(
             [*ENDLESS, "cancel", run_id, "--store", store], capture_output=True, text=True

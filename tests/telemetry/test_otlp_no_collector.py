@@ -44,8 +44,9 @@ def test_the_cli_warns_once_and_says_the_trace_was_not_exported() -> None:
     endpoint = f"http://127.0.0.1:{free_port()}"
     done, elapsed = demo("--otlp-endpoint", endpoint)
     assert done.returncode == 0, done.stderr
-    started, *said = done.stderr.splitlines()
-    assert started.startswith("run run_") and " started (stop it with: " in started
+    started, stop, *said = done.stderr.splitlines()
+    assert started.startswith("run run_") and started.endswith(" started")
+    assert stop.startswith("  stop it with: orchestra cancel run_")
     assert said == [
         f"warning: spans were not exported: no OTLP collector at {endpoint}/v1/traces "
         "(connection refused)"
@@ -58,7 +59,7 @@ def test_the_json_report_says_whether_the_spans_were_exported() -> None:
     endpoint = f"http://127.0.0.1:{free_port()}"
     done, _ = demo("--otlp-endpoint", endpoint, "--otlp-protocol", "grpc", "--json")
     assert done.returncode == 0, done.stderr
-    assert len(done.stderr.splitlines()) == 2  # the run started, and this
+    assert len(done.stderr.splitlines()) == 3  # the run started (two lines), and this
     assert "no OTLP collector at 127.0.0.1:" in done.stderr
     out = json.loads(done.stdout)
     assert out["spans_exported"] is False
