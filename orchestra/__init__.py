@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ._catalog import catalog
     from ._core.budget import MIN_COMPLETION
     from ._core.stops import StopCondition
-    from ._events import Event, EventSink, JsonlSink, fanout
+    from ._events import Event, EventRecord, EventSink, JsonlSink, fanout
     from ._exceptions import (
         ConfigError,
         LeaseError,
@@ -73,6 +73,7 @@ __all__ = [
     "ChatRequest",
     "ConfigError",
     "Event",
+    "EventRecord",
     "EventSink",
     "Interruption",
     "InterruptionKind",
@@ -142,7 +143,7 @@ _MODULE_OF: dict[str, str] = {
         "_core.budget": ("MIN_COMPLETION",),
         "_catalog": ("catalog",),
         "_instructions": ("CATALOG_INSTRUCTIONS",),
-        "_events": ("Event", "EventSink", "JsonlSink", "fanout"),
+        "_events": ("Event", "EventRecord", "EventSink", "JsonlSink", "fanout"),
         "_exceptions": (
             "ConfigError",
             "LeaseError",

@@ -27,7 +27,13 @@ import attrs
 
 from ._redact import redact_data
 
-__all__ = ["Event", "EventSink", "JsonlSink", "event_record", "fanout"]
+__all__ = ["Event", "EventRecord", "EventSink", "JsonlSink", "event_record", "fanout"]
+
+
+EventRecord = dict[str, Any]
+"""An event as stores keep it and return it: one flat JSON object, with
+``type``, ``run_id``, ``root_id``, ``parent_id`` and ``at`` (Unix seconds)
+beside its data's keys (see :func:`event_record`)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -44,7 +50,7 @@ class Event:
     """Its run's depth in the tree (0: the root), as the runner knows it; not in
     :meth:`to_dict` (the run's place is in its ids)."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> EventRecord:
         """The event as one flat JSON object."""
         return event_record(
             self.type, self.run_id, self.root_id, self.parent_id, self.at, self.data
@@ -53,7 +59,7 @@ class Event:
 
 def event_record(
     type_: str, run_id: str, root_id: str, parent_id: str | None, at: float, data: dict[str, Any]
-) -> dict[str, Any]:
+) -> EventRecord:
     """An event as the flat JSON object stores keep (``data`` already redacted).
 
     What :meth:`Event.to_dict` returns; a runner with no sink or tracer builds

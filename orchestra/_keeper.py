@@ -20,12 +20,12 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 import attrs
 import trio
 
 from ._core.run import LiveRun
+from ._events import EventRecord
 from ._exceptions import LeaseError, LeaseLost, StoreError
 from ._state import RunState, Status
 from ._stores.contract import CancelInbox, Leases, LiveStream, LiveText, Store
@@ -92,7 +92,7 @@ class TreeKeeper:
 
     # -- saves ------------------------------------------------------------------
 
-    def save(self, state: RunState, events: Sequence[dict[str, Any]] = ()) -> None:
+    def save(self, state: RunState, events: Sequence[EventRecord] = ()) -> None:
         """Save ``state`` fenced by the lease on its tree.
 
         Raises:
@@ -283,8 +283,8 @@ class _Batch:
     """The saves of a tree being cancelled, kept to be made together."""
 
     states: dict[str, RunState] = attrs.Factory(dict)
-    events: list[dict[str, Any]] = attrs.Factory(list)
+    events: list[EventRecord] = attrs.Factory(list)
 
-    def add(self, state: RunState, events: Sequence[dict[str, Any]]) -> None:
+    def add(self, state: RunState, events: Sequence[EventRecord]) -> None:
         self.states[state.run_id] = state  # the live state: saved as it is at the end
         self.events.extend(events)

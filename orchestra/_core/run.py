@@ -17,6 +17,7 @@ import attrs
 import trio
 
 from .._agent import Agent
+from .._events import EventRecord
 from .._exceptions import LeaseLost
 from .._model.tokens import MessageCounter
 from .._money import to_usd
@@ -123,7 +124,7 @@ class Keeper(Protocol):
         """Whether the store keeps notes of streams (see :meth:`live_text`)."""
         ...
 
-    def save(self, state: RunState, events: Sequence[dict[str, Any]] = ()) -> None:
+    def save(self, state: RunState, events: Sequence[EventRecord] = ()) -> None:
         """Save ``state`` (fenced by the tree's lease)."""
         ...
 
@@ -239,7 +240,7 @@ class LiveRun:
     cut_streams: int = 0
     """Streamed replies cut in a row (reset by a whole reply): past the retry
     policy's attempts, the provider is taken as unavailable."""
-    events: list[dict[str, Any]] = attrs.Factory(list)
+    events: list[EventRecord] = attrs.Factory(list)
     """Events emitted since the last save; they are stored with the next one."""
     deadline: float = float("inf")
     """Trio-clock deadline of this run (already the min over its ancestors)."""

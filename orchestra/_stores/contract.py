@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import attrs
 
+from .._events import EventRecord
 from .._state import RunState
 from .fence import Fence
 
@@ -139,7 +140,7 @@ class Store(Protocol):
         ...
 
     def save(
-        self, state: RunState, events: Sequence[dict[str, Any]] = (), *, fence: Fence | None = None
+        self, state: RunState, events: Sequence[EventRecord] = (), *, fence: Fence | None = None
     ) -> None:
         """Replace the saved state of ``state.run_id`` and append ``events``, atomically.
 
@@ -152,7 +153,7 @@ class Store(Protocol):
     def save_many(
         self,
         states: Sequence[RunState],
-        events: Sequence[dict[str, Any]] = (),
+        events: Sequence[EventRecord] = (),
         *,
         fence: Fence | None = None,
     ) -> None:
@@ -183,11 +184,11 @@ class Store(Protocol):
         ``StateError`` (ambiguous) or ``ConfigError`` (empty)."""
         ...
 
-    def add_events(self, events: Iterable[dict[str, Any]], *, fence: Fence | None = None) -> None:
+    def add_events(self, events: Iterable[EventRecord], *, fence: Fence | None = None) -> None:
         """Append events, all or none (fenced as :meth:`save`)."""
         ...
 
-    def events(self, run_id: str | None = None, root_id: str | None = None) -> list[dict[str, Any]]:
+    def events(self, run_id: str | None = None, root_id: str | None = None) -> list[EventRecord]:
         """Events in the order they were added, for one run or one tree (or all)."""
         ...
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from .._events import EventRecord
 from .._exceptions import ConfigError, RunNotFound
 from .._state import RunState
 from . import fence as fences
@@ -36,7 +37,7 @@ class MemoryStore:
         self._heads: dict[str, str] = {}
         self._transcripts: dict[str, list[str]] = {}
         self._saved = SavedTranscripts()
-        self._events: list[dict[str, Any]] = []
+        self._events: list[EventRecord] = []
         self._lock = threading.RLock()  # reentrant: update saves while holding it
 
     def __getstate__(self) -> dict[str, Any]:
@@ -65,14 +66,14 @@ class MemoryStore:
         """Nothing to let go of."""
 
     def save(
-        self, state: RunState, events: Sequence[dict[str, Any]] = (), *, fence: Fence | None = None
+        self, state: RunState, events: Sequence[EventRecord] = (), *, fence: Fence | None = None
     ) -> None:
         self.save_many([state], events, fence=fence)
 
     def save_many(
         self,
         states: Sequence[RunState],
-        events: Sequence[dict[str, Any]] = (),
+        events: Sequence[EventRecord] = (),
         *,
         fence: Fence | None = None,
     ) -> None:
@@ -160,7 +161,7 @@ class MemoryStore:
         ids = sorted(run_id for run_id in self._run_ids() if run_id.startswith(prefix))
         return shared.pick_run_id(prefix, ids[:6], "this store")
 
-    def add_events(self, events: Iterable[dict[str, Any]], *, fence: Fence | None = None) -> None:
+    def add_events(self, events: Iterable[EventRecord], *, fence: Fence | None = None) -> None:
         """Append events (each needs ``run_id``, ``root_id``, ``type``, ``at``).
 
         Raises:
@@ -175,7 +176,7 @@ class MemoryStore:
             shared.event_row(event)
         self._events.extend(added)
 
-    def events(self, run_id: str | None = None, root_id: str | None = None) -> list[dict[str, Any]]:
+    def events(self, run_id: str | None = None, root_id: str | None = None) -> list[EventRecord]:
         return [
             e
             for e in self._events

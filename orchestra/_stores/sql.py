@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Protocol, Self
 
 import orjson
 
+from .._events import EventRecord
 from .._exceptions import ConfigError, RunNotFound
 from .._state import RunState
 from . import fence as fences
@@ -226,7 +227,7 @@ class SQLStore:
     # -- runs -------------------------------------------------------------
 
     def save(
-        self, state: RunState, events: Sequence[dict[str, Any]] = (), *, fence: Fence | None = None
+        self, state: RunState, events: Sequence[EventRecord] = (), *, fence: Fence | None = None
     ) -> None:
         """Insert or replace the state of ``state.run_id`` and append ``events``, atomically.
 
@@ -247,7 +248,7 @@ class SQLStore:
     def save_many(
         self,
         states: Sequence[RunState],
-        events: Sequence[dict[str, Any]] = (),
+        events: Sequence[EventRecord] = (),
         *,
         fence: Fence | None = None,
     ) -> None:
@@ -371,7 +372,7 @@ class SQLStore:
 
     # -- events -----------------------------------------------------------
 
-    def add_events(self, events: Iterable[dict[str, Any]], *, fence: Fence | None = None) -> None:
+    def add_events(self, events: Iterable[EventRecord], *, fence: Fence | None = None) -> None:
         """Append events, all or none, in one transaction (fenced as :meth:`save`).
 
         Each event needs ``run_id``, ``root_id``, ``type`` and ``at``; the whole
@@ -389,7 +390,7 @@ class SQLStore:
                 self._check_fence(conn, fence)
             conn.cursor().executemany(self.SQL_INSERT_EVENT, rows)
 
-    def events(self, run_id: str | None = None, root_id: str | None = None) -> list[dict[str, Any]]:
+    def events(self, run_id: str | None = None, root_id: str | None = None) -> list[EventRecord]:
         """Stored events in the order they were added, optionally of one run or tree.
 
         The order is that of the events' sequence numbers, taken as they are

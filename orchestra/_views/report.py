@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 
+from .._events import EventRecord
 from .._exceptions import RunNotFound
 from .._money import to_usd
 from .._result import RunResult, child_order
@@ -116,7 +117,7 @@ def with_stored_children(result: RunResult, store: Store) -> RunResult:
     return attrs.evolve(result, children=tuple(kids))
 
 
-def _ran_s(events: list[dict[str, Any]]) -> float:
+def _ran_s(events: list[EventRecord]) -> float:
     """Seconds a run ran, from its ``run_started``/``run_stopped`` pairs (every
     process that ran it); a start with no stop (a crash) counts nothing."""
     total, started = 0.0, None
@@ -129,7 +130,7 @@ def _ran_s(events: list[dict[str, Any]]) -> float:
     return total
 
 
-def decisions(state: RunState, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def decisions(state: RunState, events: list[EventRecord]) -> list[dict[str, Any]]:
     """Each call of this run that waited for a human, and what was decided.
 
     ``decision`` is ``approved``, ``rejected``, ``waiting`` (nobody decided
@@ -158,7 +159,7 @@ def _asks(interruption: dict[str, Any], run_id: str) -> bool:
 
 
 def _decision(
-    state: RunState, events: list[dict[str, Any]], since: int, waiting: dict[str, Any]
+    state: RunState, events: list[EventRecord], since: int, waiting: dict[str, Any]
 ) -> dict[str, Any]:
     call_id = waiting["call_id"]
     later = [e for e in events[since:] if e.get("call_id") == call_id]

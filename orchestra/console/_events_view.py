@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._events import EventRecord
 from .._views.text import cut, short_id, usd
 from ._html import Html, h, join
 
@@ -15,7 +16,7 @@ __all__ = ["event_words", "events_html"]
 _COMMON = frozenset({"type", "run_id", "root_id", "parent_id", "at"})
 
 
-def events_html(events: list[dict[str, Any]], total: int) -> Html:
+def events_html(events: list[EventRecord], total: int) -> Html:
     """The events, newest first, and how many older ones are not shown."""
     if not events:
         return h("p", "no events yet", class_="empty")

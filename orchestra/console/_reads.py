@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 
+from .._events import EventRecord
 from .._exceptions import StateError
 from .._recipes.recipe import Recipe
 from .._result import RunResult
@@ -28,7 +29,7 @@ class TreeSnapshot:
 
     root: RunResult
     selected: RunState
-    events: list[dict[str, Any]]
+    events: list[EventRecord]
     """The selected run's events (the whole tree's for the root), oldest first."""
     event_count: int
     """How many there are in all (only the last :data:`EVENTS_SHOWN` are kept)."""

@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from .._events import EventRecord
 from .._state import RunState, Status
 from ._html import Html, h
 from ._page import run_link
@@ -35,7 +36,7 @@ def decision_words(decision: dict[str, Any]) -> str:
 
 
 def transcript_html(
-    state: RunState, decisions: list[dict[str, Any]], events: list[dict[str, Any]]
+    state: RunState, decisions: list[dict[str, Any]], events: list[EventRecord]
 ) -> Html:
     """The transcript of ``state``; ``events`` (of any runs) say which tool calls failed."""
     failed = {

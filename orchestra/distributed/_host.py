@@ -25,7 +25,7 @@ import contextlib
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
+from typing import TYPE_CHECKING, ClassVar, Protocol, cast
 
 import attrs
 import trio
@@ -34,6 +34,7 @@ from .._agent import Agent
 from .._core.dispatch import may_park
 from .._core.execute import carve_child, reopen_state, spawn_child
 from .._core.run import ChildPending, LiveRun
+from .._events import EventRecord
 from .._exceptions import LeaseLost, RunNotFound, StoreUnreachable
 from .._keeper import TreeKeeper
 from .._runner import Runner
@@ -84,7 +85,7 @@ class WorkerKeeper(TreeKeeper):
         run's, a child's it creates) is fenced by it, not by a tree's lease."""
         return step_fence()
 
-    def save(self, state: RunState, events: Sequence[dict[str, Any]] = ()) -> None:
+    def save(self, state: RunState, events: Sequence[EventRecord] = ()) -> None:
         """Save, or abandon the current step if the database cannot be reached.
 
         Raises:
