@@ -15,7 +15,8 @@ import signal
 import sys
 import time
 from collections import Counter
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 import trio
@@ -23,11 +24,14 @@ import trio
 from .._events import EventSink
 from .._exceptions import StoreUnreachable
 from .._state import RunState, Status
+from ._threads import while_away
 
 __all__ = ["follow", "is_database", "run_worker"]
 
 FOLLOW_POLL_S = 0.1
 UNTAKEN_HINT_S = 5.0
+_T = TypeVar("_T")
+
 AWAY_POLL_S = 1.0
 AWAY_LIMIT_S = 120.0
 """How long ``follow`` waits for an unreachable database to come back."""
@@ -111,18 +115,11 @@ def follow(cluster: Any, run_id: str, *, timeout_s: float | None = None) -> list
     """
     started = time.monotonic()
     hinted = False
-    away: float | None = None
     while True:
-        try:
-            root = cluster.store.load(run_id)
-            if root.status is not Status.RUNNING:
-                states: list[RunState] = cluster.store.tree(run_id)
-                return states
-        except StoreUnreachable as exc:
-            away = _database_away(away, exc)
-            time.sleep(AWAY_POLL_S)
-            continue
-        away = None
+        root = _reachable(lambda: cluster.store.load(run_id))
+        if root.status is not Status.RUNNING:
+            states: list[RunState] = _reachable(lambda: cluster.store.tree(run_id))
+            return states
         waited = time.monotonic() - started
         if timeout_s is not None and waited > timeout_s:
             return list(cluster.store.tree(run_id))
@@ -139,15 +136,10 @@ def _untaken(run_id: str, url: str) -> str:
     )
 
 
-def _database_away(since: float | None, exc: StoreUnreachable) -> float:
-    """Note an outage (said once); raise it if it lasts past :data:`AWAY_LIMIT_S`."""
-    now = time.monotonic()
-    if since is None:
-        click.echo(f"{exc}; trying again for {AWAY_LIMIT_S:g} s", err=True)
-        return now
-    if now - since > AWAY_LIMIT_S:
-        raise exc
-    return since
+def _reachable(fn: Callable[[], _T]) -> _T:
+    """``fn()``, tried again while the database is away (said once) for up to
+    :data:`AWAY_LIMIT_S`."""
+    return while_away(fn, patience_s=AWAY_LIMIT_S, poll_s=AWAY_POLL_S, on_away=_say_away)
 
 
 class _Untaken:
@@ -165,6 +157,21 @@ class _Untaken:
         with contextlib.suppress(StoreUnreachable):
             if self.cluster.store.executor(self.run_id) is None:
                 click.echo(_untaken(self.run_id, self.cluster.store.url), err=True)
+
+
+def _database_away(since: float | None, exc: StoreUnreachable) -> float:
+    """Note an outage (said once); raise it if it lasts past :data:`AWAY_LIMIT_S`."""
+    now = time.monotonic()
+    if since is None:
+        _say_away(exc)
+        return now
+    if now - since > AWAY_LIMIT_S:
+        raise exc
+    return since
+
+
+def _say_away(exc: StoreUnreachable) -> None:
+    click.echo(f"{exc}; trying again for {AWAY_LIMIT_S:g} s", err=True)
 
 
 class _Away:

@@ -23,10 +23,11 @@ from typing import Any, TypeVar
 
 from .._agent import Agent
 from .._core.execute import new_state, reopen_state
-from .._exceptions import StateError, StoreUnreachable
+from .._exceptions import StateError
 from .._state import Limits, RunState, Status
 from ._dbos import DBOSQueue, migrate, workflow_id
 from ._ledger import PostgresLedger
+from ._threads import while_away
 
 __all__ = ["Cluster", "cancel_tree", "ledger_rows", "resume_tree", "submit"]
 
@@ -143,13 +144,7 @@ def _running_until(cluster: Cluster, root_id: str, until: float) -> list[RunStat
 
 def _retrying(deadline: float, call: Callable[[], _T]) -> _T:
     """``call()``, tried again every 50 ms while the database is away, until ``deadline``."""
-    while True:
-        try:
-            return call()
-        except StoreUnreachable:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    return while_away(call, patience_s=deadline - time.monotonic(), poll_s=0.05)
 
 
 def _current_workflow(cluster: Cluster, run_id: str) -> str:

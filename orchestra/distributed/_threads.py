@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -48,6 +49,7 @@ __all__ = [
     "stepping",
     "supersede_step",
     "until_reachable",
+    "while_away",
 ]
 
 
@@ -218,3 +220,33 @@ async def until_reachable(
                 on_away(exc)
                 told = True
         await trio.sleep(poll_s)
+
+
+def while_away(
+    fn: Callable[[], _T],
+    *,
+    patience_s: float,
+    poll_s: float,
+    on_away: Callable[[StoreUnreachable], None] | None = None,
+) -> _T:
+    """``fn()``, tried again every ``poll_s`` while the database cannot be
+    reached, for up to ``patience_s`` after its first failure; ``on_away`` is
+    told that failure (once). Blocking: the clients' twin of
+    :func:`until_reachable` (a cancel, a follower), on the monotonic clock.
+
+    Raises:
+        StoreUnreachable: the database was still away after ``patience_s``.
+    """
+    deadline: float | None = None
+    while True:
+        try:
+            return fn()
+        except StoreUnreachable as exc:
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + patience_s
+                if on_away is not None:
+                    on_away(exc)
+            if now + poll_s >= deadline:
+                raise
+        time.sleep(poll_s)
