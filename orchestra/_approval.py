@@ -21,8 +21,9 @@ import functools
 from ._exceptions import StateError
 from ._state import Approval, Interruption, InterruptionKind, RunState, Status
 from ._stores.contract import DurableStore, Store
+from ._stores.shared import process_owner
 
-__all__ = ["approve", "cancel_unowned", "reject", "waiting_call"]
+__all__ = ["approve", "cancel_unowned", "reject", "stop_from_outside", "waiting_call"]
 
 
 def waiting_call(store: Store, run_id: str, call_id: str | None = None) -> Interruption:
@@ -153,6 +154,26 @@ def _refuse_second_decision(holder: RunState, call_id: str, decision: str, reaso
             raise StateError(f"{where} was already {said}; a decision is not replaced")
         if taken != reason:
             raise StateError(f"{where} was already {said}; it is not rejected again otherwise")
+
+
+def stop_from_outside(store: DurableStore, run_id: str, reason: str) -> list[str] | None:
+    """Stop the running run ``run_id`` (and its descendants) from another process.
+
+    If a process holds its tree, a cancel request in the store, which that
+    process applies at its watcher's next poll: returns None (the caller may
+    wait for the stop). If none does (its process died), the runs are stopped
+    here (:func:`cancel_unowned`): returns their ids.
+
+    Raises:
+        StateError: the run is not running.
+    """
+    state = store.load(run_id)
+    if state.status is not Status.RUNNING:
+        raise StateError(f"run {run_id} is not running: it ended {state.status.value}")
+    if store.lease_holder(state.root_id) is not None:
+        store.request_cancel(run_id, reason)
+        return None
+    return cancel_unowned(store, run_id, reason, process_owner())
 
 
 def cancel_unowned(store: DurableStore, run_id: str, reason: str, owner: str) -> list[str]:

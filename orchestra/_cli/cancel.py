@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from .._approval import stop_from_outside
+from .._exceptions import StateError
 from .._state import RunState, Status
 from .common import json_option
 from .errors import CommandError
@@ -47,14 +49,14 @@ def cancel(run_id: str, reason: str, wait_s: float, store_path: str | None, as_j
         _cancel_everywhere(store, store_path, run_id, reason, wait_s, as_json)
         return
     target = store.resolve(run_id)
-    state = store.load(target)
-    if state.status is not Status.RUNNING:
-        raise CommandError(f"run {target} is not running: it ended {state.status.value}")
-    if store.lease_holder(state.root_id) is None:
-        _cancel_unowned(store, state, reason, as_json, store_path)
-        return
     asked = time.monotonic()
-    store.request_cancel(target, reason)
+    try:
+        stopped = stop_from_outside(store, target, reason)
+    except StateError as exc:
+        raise CommandError(str(exc)) from None
+    if stopped is not None:
+        _said_unowned(store.load(target), reason, stopped, as_json, store_path)
+        return
     while store.load(target).status is Status.RUNNING:
         if time.monotonic() - asked > wait_s:
             store.clear_cancel(target)
@@ -98,14 +100,10 @@ def _cancel_everywhere(
         )
 
 
-def _cancel_unowned(
-    store: DurableStore, state: RunState, reason: str, as_json: bool, store_path: str | None
+def _said_unowned(
+    state: RunState, reason: str, stopped: list[str], as_json: bool, store_path: str | None
 ) -> None:
-    """Stop a run whose process died: recorded in the store, nothing left armed."""
-    from .._approval import cancel_unowned
-    from .._stores.shared import process_owner
-
-    stopped = cancel_unowned(store, state.run_id, reason, process_owner())
+    """Say that a run whose process died was stopped here (in the store)."""
     note = "no process was running it (its process had stopped)"
     if as_json:
         out = {"run_id": state.run_id, "status": "interrupted", "reason": reason}

@@ -12,12 +12,11 @@ Synchronous: the server calls these in a worker thread. Each raises an
 
 from __future__ import annotations
 
-from .._approval import approve, cancel_unowned, reject
+from .._approval import approve, reject, stop_from_outside
 from .._exceptions import StateError
 from .._recipes.recipe import Recipe
 from .._state import Status
 from .._stores.contract import DurableStore
-from .._stores.shared import process_owner
 
 __all__ = ["STOP_REASON", "approve_call", "check_resumable", "reject_call", "stop_tree"]
 
@@ -30,13 +29,7 @@ def stop_tree(store: DurableStore, root_id: str) -> None:
     Raises:
         StateError: the tree is not running.
     """
-    state = store.load(root_id)
-    if state.status is not Status.RUNNING:
-        raise StateError(f"run {root_id} is not running: it ended {state.status.value}")
-    if store.lease_holder(root_id) is not None:
-        store.request_cancel(root_id, STOP_REASON)
-        return
-    cancel_unowned(store, root_id, STOP_REASON, process_owner())  # its process died: here
+    stop_from_outside(store, root_id, STOP_REASON)
 
 
 def approve_call(store: DurableStore, root_id: str, call_id: str) -> None:
