@@ -28,7 +28,7 @@ from ._core.run import LiveRun
 from ._events import EventRecord
 from ._exceptions import LeaseError, LeaseLost, StoreError
 from ._state import RunState, Status
-from ._stores.contract import CancelInbox, Leases, LiveStream, LiveText, Store
+from ._stores.contract import CancelInbox, Leases, Store, StreamNote, StreamNotes
 from ._stores.fence import Fence
 from ._stores.shared import process_owner
 
@@ -63,32 +63,32 @@ class TreeKeeper:
     """Set when the watcher that polls for every tree stops (another takes over)."""
     _inbox: CancelInbox | None = attrs.field(default=None, init=False)
     _leases: Leases | None = attrs.field(default=None, init=False)
-    _live_text: LiveText | None = attrs.field(default=None, init=False)
+    _notes: StreamNotes | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         # what the store can do, read once
         self._inbox, self._leases = self.store.inbox, self.store.leases
-        self._live_text = self.store.live if self.keeps_streams else None
+        self._notes = self.store.stream_notes if self.keeps_streams else None
 
     # -- stream notes ---------------------------------------------------------
 
-    def live_text(self, run: LiveRun, stream: LiveStream | None) -> None:
+    def note_stream(self, run: LiveRun, stream: StreamNote | None) -> None:
         """Note what ``run`` is streaming now (None: it is not), if the store keeps it
-        (see :class:`~orchestra._stores.contract.LiveText`). A store that fails this
+        (see :class:`~orchestra._stores.contract.StreamNotes`). A store that fails this
         write fails the run's next save, not the stream."""
-        if self._live_text is None:
+        if self._notes is None:
             return
         with contextlib.suppress(StoreError):
-            self._live_text.put_live_text(run.state.run_id, run.state.root_id, stream)
+            self._notes.note_stream(run.state.run_id, run.state.root_id, stream)
 
     @property
     def notes_streams(self) -> bool:
-        """Whether the store keeps notes of streams (see :meth:`live_text`)."""
-        return self._live_text is not None
+        """Whether the store keeps notes of streams (see :meth:`note_stream`)."""
+        return self._notes is not None
 
-    def lost_stream(self, run: LiveRun) -> LiveStream | None:
+    def lost_stream(self, run: LiveRun) -> StreamNote | None:
         """What ``run`` was streaming when the process running it stopped, if noted."""
-        return None if self._live_text is None else self._live_text.live_stream(run.state.run_id)
+        return None if self._notes is None else self._notes.stream_note(run.state.run_id)
 
     # -- saves ------------------------------------------------------------------
 

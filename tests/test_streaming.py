@@ -30,7 +30,7 @@ from orchestra._money import from_usd
 from orchestra._recipes.demo import demo_agent, demo_task
 from orchestra._recipes.money import SCRIPTED_PRICE
 from orchestra._scripted.stream import chunks
-from orchestra._stores.contract import LiveStream
+from orchestra._stores.contract import StreamNote
 from orchestra.testing import ScriptedTransport
 
 PRICES = PriceTable(default=SCRIPTED_PRICE, published=False)
@@ -248,20 +248,20 @@ async def test_a_stream_past_its_cap_is_cut_there_and_the_budget_holds(sandbox) 
 
 
 class NotingStore(MemoryStore):
-    """A memory store that keeps live text, as the shared stores do: every write noted."""
+    """A memory store that keeps stream notes, as the shared stores do: every write noted."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.noted: list[tuple[str, LiveStream | None]] = []
+        self.noted: list[tuple[str, StreamNote | None]] = []
 
     @property
-    def live(self) -> NotingStore:  # type: ignore[override]
+    def stream_notes(self) -> NotingStore:  # type: ignore[override]
         return self
 
-    def put_live_text(self, run_id: str, root_id: str, stream: LiveStream | None) -> None:
+    def note_stream(self, run_id: str, root_id: str, stream: StreamNote | None) -> None:
         self.noted.append((run_id, stream))
 
-    def live_stream(self, run_id: str) -> LiveStream | None:
+    def stream_note(self, run_id: str) -> StreamNote | None:
         return None
 
 
@@ -326,12 +326,12 @@ def test_a_process_killed_midstream_has_what_arrived_charged_by_the_resume(tmp_p
             assert time.monotonic() < deadline, "the stream was never noted"
             time.sleep(0.05)
             with SQLiteStore(store_path) as store:
-                noted = store.live_stream(run_id)
+                noted = store.stream_note(run_id)
         run.kill()  # SIGKILL, midstream
         run.communicate()
         with SQLiteStore(store_path) as store:
             before = store.load(run_id).own
-            noted = store.live_stream(run_id) or noted  # more may have come before the kill
+            noted = store.stream_note(run_id) or noted  # more may have come before the kill
         resumed = subprocess.run(
             [*cli, "resume", run_id, *base, "--json"], capture_output=True, text=True, timeout=120
         )
@@ -342,7 +342,7 @@ def test_a_process_killed_midstream_has_what_arrived_charged_by_the_resume(tmp_p
     with SQLiteStore(store_path) as store:
         state = store.load(run_id)
         cuts = [e for e in store.events(run_id=run_id) if e["type"] == "reply_cut"]
-        assert store.live_stream(run_id) is None
+        assert store.stream_note(run_id) is None
     assert state.status is Status.COMPLETED
     (cut,) = cuts
     assert cut["tokens"] == noted.tokens and "the process reading it stopped" in cut["reason"]

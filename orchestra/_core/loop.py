@@ -24,7 +24,7 @@ from .._money import to_usd
 from .._output import correction, is_correction
 from .._state import Interruption, InterruptionKind, RunState, Status, Usage
 from .._storable import NotStorable, storable_message, valid_text
-from .._stores.contract import LiveStream
+from .._stores.contract import StreamNote
 from . import wind_down
 from .answers import LOOK_NOTE, answer_exit, must_look, tool_ran
 from .budget import Grant, charge_partial, check_turns, overspent_reason, reserve, settle
@@ -261,7 +261,7 @@ class _Cut(Exception):
 class _Arrived:
     """What a streamed reply delivered so far, by our counts (charged if it is cut).
     Each piece goes to the runner's live readers, and is noted in the store (if it
-    keeps live text) before anything else sees it: if this process dies, a resume
+    keeps stream notes) before anything else sees it: if this process dies, a resume
     charges what had arrived."""
 
     run: LiveRun
@@ -291,10 +291,10 @@ class _Arrived:
             self._note()
 
     def _note(self) -> None:
-        stream = LiveStream(
+        stream = StreamNote(
             text=self.tail, tokens=self.tokens, prompt=self.grant.prompt, cap=self.grant.max_tokens
         )
-        self.run.runner.keeper.live_text(self.run, stream)
+        self.run.runner.keeper.note_stream(self.run, stream)
 
 
 async def _attempt(run: LiveRun, request: ChatRequest, arrived: _Arrived) -> ChatReply:

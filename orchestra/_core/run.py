@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .._model.retry import RetryPolicy
     from .._money import Price
     from .._prices import PriceTable
-    from .._stores.contract import LiveStream
+    from .._stores.contract import StreamNote
     from .._stores.memory import Store
 
 __all__ = [
@@ -111,17 +111,17 @@ class Keeper(Protocol):
     """What keeps the live runs: saves, leases, stream notes
     (:class:`orchestra._keeper.TreeKeeper`)."""
 
-    def live_text(self, run: LiveRun, stream: LiveStream | None) -> None:
+    def note_stream(self, run: LiveRun, stream: StreamNote | None) -> None:
         """Note what ``run`` is streaming now (None: it is not), if the store keeps it."""
         ...
 
-    def lost_stream(self, run: LiveRun) -> LiveStream | None:
+    def lost_stream(self, run: LiveRun) -> StreamNote | None:
         """What ``run`` was streaming when the process running it stopped, if noted."""
         ...
 
     @property
     def notes_streams(self) -> bool:
-        """Whether the store keeps notes of streams (see :meth:`live_text`)."""
+        """Whether the store keeps notes of streams (see :meth:`note_stream`)."""
         ...
 
     def save(self, state: RunState, events: Sequence[EventRecord] = ()) -> None:

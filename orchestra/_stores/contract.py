@@ -6,7 +6,7 @@ Three parts, each a protocol::
     Store           run states and events; every store (memory, SQLite, PostgreSQL)
     CancelInbox     cancel requests left by one process for the one running a tree
     Leases          who executes a tree, with fencing tokens (see :mod:`.fence`)
-    LiveText        the text each run is streaming now, for readers in other processes
+    StreamNotes        the text each run is streaming now, for readers in other processes
     DurableStore    all four: a store other processes share (SQLite, PostgreSQL)
 
 A :class:`Store` says which of the other two it offers through its
@@ -28,7 +28,7 @@ from .._events import EventRecord
 from .._state import RunState
 from .fence import Fence
 
-__all__ = ["CancelInbox", "DurableStore", "Leases", "LiveStream", "LiveText", "Store"]
+__all__ = ["CancelInbox", "DurableStore", "Leases", "Store", "StreamNote", "StreamNotes"]
 
 
 class CancelInbox(Protocol):
@@ -84,7 +84,7 @@ class Leases(Protocol):
 
 
 @attrs.frozen(kw_only=True)
-class LiveStream:
+class StreamNote:
     """What a run is streaming now: the text so far (its end) and, by our count,
     the tokens that arrived, with the prompt reserved for the call and its cap."""
 
@@ -98,7 +98,7 @@ class LiveStream:
         return self.tokens, self.prompt, self.cap
 
 
-class LiveText(Protocol):
+class StreamNotes(Protocol):
     """What each run is streaming now, noted by the process running it as each
     piece arrives: readers in other processes show the text (the web console),
     and a resume after that process died charges the tokens that had arrived.
@@ -107,15 +107,15 @@ class LiveText(Protocol):
     cost is then in the state saved), so a stream is charged once.
     """
 
-    def put_live_text(self, run_id: str, root_id: str, stream: LiveStream | None) -> None:
+    def note_stream(self, run_id: str, root_id: str, stream: StreamNote | None) -> None:
         """Note what run ``run_id`` is streaming now; None: it is not (cleared)."""
         ...
 
-    def live_stream(self, run_id: str) -> LiveStream | None:
+    def stream_note(self, run_id: str) -> StreamNote | None:
         """What run ``run_id`` was streaming when last noted, if it was."""
         ...
 
-    def live_texts(self, root_id: str) -> dict[str, str]:
+    def streaming_texts(self, root_id: str) -> dict[str, str]:
         """What each run of the tree ``root_id`` is streaming now, by run id."""
         ...
 
@@ -135,7 +135,7 @@ class Store(Protocol):
         ...
 
     @property
-    def live(self) -> LiveText | None:
+    def stream_notes(self) -> StreamNotes | None:
         """Where the text runs are streaming is kept, if other processes read it."""
         ...
 
@@ -197,7 +197,7 @@ class Store(Protocol):
         ...
 
 
-class DurableStore(Store, CancelInbox, Leases, LiveText, Protocol):
+class DurableStore(Store, CancelInbox, Leases, StreamNotes, Protocol):
     """A store several processes share: cancel requests and leases included."""
 
     @property
@@ -222,6 +222,6 @@ class DurableStore(Store, CancelInbox, Leases, LiveText, Protocol):
         ...
 
     @property
-    def live(self) -> LiveText:
+    def stream_notes(self) -> StreamNotes:
         """Itself."""
         ...

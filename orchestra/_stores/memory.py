@@ -21,7 +21,7 @@ from .._exceptions import ConfigError, RunNotFound
 from .._state import RunState
 from . import fence as fences
 from . import shared
-from .contract import CancelInbox, Leases, LiveText, Store
+from .contract import CancelInbox, Leases, Store, StreamNotes
 from .fence import Fence
 from .transcripts import SavedTranscripts, joined, store_rows
 
@@ -59,7 +59,7 @@ class MemoryStore:
         return None
 
     @property
-    def live(self) -> LiveText | None:
+    def stream_notes(self) -> StreamNotes | None:
         return None  # nobody outside this process reads it: RunHandle.events() serves it
 
     def close(self) -> None:

@@ -29,7 +29,7 @@ from .._exceptions import ConfigError, RunNotFound
 from .._state import RunState
 from . import fence as fences
 from . import shared
-from .contract import LiveStream
+from .contract import StreamNote
 from .fence import Fence
 from .transcripts import MessageRow, RunRow, SavedTranscripts, store_rows
 
@@ -147,35 +147,35 @@ class SQLStore:
         return self
 
     @property
-    def live(self) -> Self:
-        """This store keeps the text runs stream (a :class:`~.contract.LiveText`)."""
+    def stream_notes(self) -> Self:
+        """This store keeps the text runs stream (a :class:`~.contract.StreamNotes`)."""
         return self
 
-    def put_live_text(self, run_id: str, root_id: str, stream: LiveStream | None) -> None:
+    def note_stream(self, run_id: str, root_id: str, stream: StreamNote | None) -> None:
         """Note what run ``run_id`` is streaming now (None: it is not)."""
-        with self._write(f"note the live text of run {run_id!r}") as conn:
+        with self._write(f"note what run {run_id!r} streams") as conn:
             if stream is None:
                 conn.execute(self.SQL_DROP_LIVE, (run_id,))
                 return
             row = (run_id, root_id, stream.text, time.time(), *stream.counts)
             conn.execute(self.SQL_PUT_LIVE, row)
 
-    def live_stream(self, run_id: str) -> LiveStream | None:
+    def stream_note(self, run_id: str) -> StreamNote | None:
         """What run ``run_id`` was streaming when last noted, if it was."""
         rows = self._read(
-            f"read the live text of run {run_id!r}",
+            f"read the stream note of run {run_id!r}",
             "SELECT text, tokens, prompt, cap FROM live_text WHERE run_id = ?",
             run_id,
         )
         if not rows:
             return None
         text, tokens, prompt, cap = rows[0]
-        return LiveStream(text=str(text), tokens=int(tokens), prompt=int(prompt), cap=int(cap))
+        return StreamNote(text=str(text), tokens=int(tokens), prompt=int(prompt), cap=int(cap))
 
-    def live_texts(self, root_id: str) -> dict[str, str]:
+    def streaming_texts(self, root_id: str) -> dict[str, str]:
         """What each run of the tree ``root_id`` is streaming now, by run id."""
         rows = self._read(
-            f"read the live text of tree {root_id!r}",
+            f"read the stream notes of tree {root_id!r}",
             "SELECT run_id, text FROM live_text WHERE root_id = ?",
             root_id,
         )

@@ -69,7 +69,7 @@ _LIVE_TEXT_TABLE = """CREATE TABLE IF NOT EXISTS live_text (
     prompt INTEGER NOT NULL DEFAULT 0,
     cap INTEGER NOT NULL DEFAULT 0
 )"""
-"""What each run is streaming now (see :class:`~.contract.LiveText`); a few rows at most."""
+"""What each run is streaming now (see :class:`~.contract.StreamNotes`); a few rows at most."""
 
 _RUNS_BY_RECENCY = "CREATE INDEX runs_updated_at ON runs (updated_at) WHERE run_id = root_id"
 """Only roots are listed by recency: a child's save leaves this index alone."""

@@ -101,7 +101,7 @@ def read_tree(store: DurableStore, run_id: str) -> TreeSnapshot:
         lease=store.lease_holder(root_id),
         directory=_directory(root.state),
         spent=rolled_up(root),
-        live=store.live.live_texts(root_id),
+        live=store.stream_notes.streaming_texts(root_id),
     )
 
 

@@ -269,7 +269,7 @@ class DBOSQueue:
         """Queue ``run_id``'s current attempt (a no-op if it is queued or ran already)."""
         await in_thread(self.enqueue_now, run_id)
 
-    def live(self, workflow_ids: list[str]) -> set[str]:
+    def unfinished(self, workflow_ids: list[str]) -> set[str]:
         """Those of ``workflow_ids`` that are queued or executing (blocking); a
         workflow that ended, or that DBOS never had, is not."""
         try:

@@ -10,7 +10,7 @@ things then reach it on that channel:
   worker no round trip (PostgreSQL folds repeats of it in one transaction);
   the client then reads the rows by ``seq``;
 - **live batches**: every event a worker's runs emit, text deltas included
-  (never saved), with its run's depth, sent by :class:`LivePublisher` at most
+  (never saved), with its run's depth, sent by :class:`EventPublisher` at most
   :data:`BATCH_S` after it happened, in one ``pg_notify`` statement per batch,
   from a thread on a connection of its own (never on the trio thread, never a
   round trip per event). Each payload stays under :data:`PAYLOAD_MAX` bytes.
@@ -38,7 +38,7 @@ __all__ = [
     "BATCH_S",
     "FOLLOW_TTL_S",
     "PAYLOAD_MAX",
-    "LivePublisher",
+    "EventPublisher",
     "channel",
     "create_schema",
     "payloads",
@@ -138,7 +138,7 @@ def _entries(event: Event, room: int) -> list[bytes]:
 
 
 @attrs.define(eq=False)
-class LivePublisher:
+class EventPublisher:
     """A worker's event sink that sends its runs' events to the clients following
     their trees (see the module docstring); :meth:`run` sends them.
 

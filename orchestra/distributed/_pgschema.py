@@ -39,7 +39,7 @@ _LIVE_TEXT_TABLE = """CREATE TABLE IF NOT EXISTS live_text (
     prompt BIGINT NOT NULL DEFAULT 0,
     cap BIGINT NOT NULL DEFAULT 0
 )"""
-"""What each run is streaming now (see :class:`~orchestra._stores.contract.LiveText`)."""
+"""What each run is streaming now (see :class:`~orchestra._stores.contract.StreamNotes`)."""
 
 _PARKING = (
     "ALTER TABLE runs ADD COLUMN IF NOT EXISTS parked BOOLEAN NOT NULL DEFAULT false",

@@ -4,7 +4,7 @@
 Embedded, the process running a tree notes each run's streaming text in the
 store (``live_text``); a worker does not (a write per piece would hold up its
 loop). :class:`FollowingStore` is a PostgreSQL store whose
-:meth:`~FollowingStore.live_texts` follows each tree it is asked about (a
+:meth:`~FollowingStore.streaming_texts` follows each tree it is asked about (a
 :class:`~._follow.Follower` on a thread of its own, so the workers publish
 the tree's live events) and keeps each run's text from its deltas: begun at
 its ``model_request``, dropped at its ``turn``, ``reply_cut`` or
@@ -105,16 +105,16 @@ class StreamingTexts:
 
 
 class FollowingStore(PostgresStore):
-    """A :class:`PostgresStore` whose live texts include what runs on workers
+    """A :class:`PostgresStore` whose stream notes include what runs on workers
     stream (see the module docstring): for readers such as the console."""
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self._streaming = StreamingTexts(url)
 
-    def live_texts(self, root_id: str) -> dict[str, str]:
+    def streaming_texts(self, root_id: str) -> dict[str, str]:
         """What each run of the tree ``root_id`` is streaming now, by run id."""
-        noted = super().live_texts(root_id)
+        noted = super().streaming_texts(root_id)
         return {**noted, **self._streaming.texts(root_id)}
 
     def close(self) -> None:

@@ -56,7 +56,7 @@ from .._stores.fence import Fence
 from . import _dbos
 from ._host import WorkerRunner
 from ._ledger import PostgresLedger
-from ._notify import LivePublisher, create_schema
+from ._notify import EventPublisher, create_schema
 from ._pgstore import PostgresStore
 from ._stall import StallWatch
 from ._threads import (
@@ -165,7 +165,7 @@ class Worker:
     _launched: bool = attrs.field(default=False, init=False)
     _steps: set[Step] = attrs.field(factory=set, init=False)
     """The steps executing here now."""
-    _publisher: LivePublisher | None = attrs.field(default=None, init=False)
+    _publisher: EventPublisher | None = attrs.field(default=None, init=False)
     """Sends the events of trees that clients follow to them (see :mod:`._notify`)."""
 
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -181,7 +181,7 @@ class Worker:
         """
         from .._scripted.server import scripted_server
 
-        publisher = self._publisher = LivePublisher(self.database, self.executor_id)
+        publisher = self._publisher = EventPublisher(self.database, self.executor_id)
         await until_reachable(
             self._open,
             patience_s=self.wait_for_db_s,
@@ -613,9 +613,9 @@ class Worker:
         runs = self._store.stale_running(time.time() - self.dead_after_s)
         if not runs:
             return moved
-        live = self._queue.live([_dbos.workflow_id(run_id, n) for run_id, n in runs])
+        unfinished = self._queue.unfinished([_dbos.workflow_id(run_id, n) for run_id, n in runs])
         for run_id, attempt in runs:
-            if _dbos.workflow_id(run_id, attempt) in live:
+            if _dbos.workflow_id(run_id, attempt) in unfinished:
                 continue
             if self._store.requeue_if(run_id, attempt) is not None:
                 moved.append(self._queued_again(run_id, "was left running with no workflow"))

@@ -271,7 +271,7 @@ def _settle(cluster: Cluster, roots: list[str]) -> None:
                 for s in cluster.store.tree(root)
                 if s.status is Status.RUNNING
                 for n in [cluster.store.attempt(s.run_id)]
-                for wf in [cluster.queue.live([workflow_id(s.run_id, n)])]
+                for wf in [cluster.queue.unfinished([workflow_id(s.run_id, n)])]
             ]
             pytest.fail(f"runs left running (id, parent, turns, executor, attempt, live): {stuck}")
         time.sleep(0.02)

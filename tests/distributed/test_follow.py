@@ -17,7 +17,7 @@ from orchestra import Event, Limits
 from orchestra._core.execute import new_state
 from orchestra.distributed import PostgresStore
 from orchestra.distributed._follow import Follower
-from orchestra.distributed._notify import LivePublisher, channel
+from orchestra.distributed._notify import EventPublisher, channel
 
 ROOT = "run_follow_root"
 CHILD = "run_follow_child"
@@ -108,7 +108,7 @@ def test_a_publisher_sends_only_trees_someone_follows(follower: Follower, pg_url
             )
 
         async def publish() -> None:
-            publisher = LivePublisher(pg_url, "w1")
+            publisher = EventPublisher(pg_url, "w1")
             publisher(event(CHILD, ROOT, "model_request", 1, turn=1))
             publisher(event(CHILD, ROOT, "text_delta", 1, text="Hello", tokens=1))
             publisher(event("run_nobody", "run_nobody", "text_delta", 0, text="x", tokens=1))
@@ -144,7 +144,7 @@ def test_the_console_store_shows_what_runs_on_workers_stream(
 
     def publish(*events: Event) -> None:
         async def send() -> None:
-            publisher = LivePublisher(pg_url, "w1")
+            publisher = EventPublisher(pg_url, "w1")
             for event in events:
                 publisher(event)
             await publisher.flush()
@@ -159,16 +159,16 @@ def test_the_console_store_shows_what_runs_on_workers_stream(
         )  # fmt: skip
 
     with FollowingStore(pg_url) as console:
-        assert console.live_texts(ROOT) == {}  # follows the tree from now on
+        assert console.streaming_texts(ROOT) == {}  # follows the tree from now on
         wait_until(following, 10, "the console following the tree")
         publish(
             child("model_request", turn=1),
             child("text_delta", text="Hello", tokens=1),
             child("text_delta", text=" world", tokens=1),
         )
-        wait_until(lambda: console.live_texts(ROOT) == {CHILD: "Hello world"}, 10, "the text")
+        wait_until(lambda: console.streaming_texts(ROOT) == {CHILD: "Hello world"}, 10, "the text")
         publish(child("turn", turn=1))
-        wait_until(lambda: console.live_texts(ROOT) == {}, 10, "the text gone with its turn")
+        wait_until(lambda: console.streaming_texts(ROOT) == {}, 10, "the text gone with its turn")
     assert not following()
 
 

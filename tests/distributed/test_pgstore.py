@@ -26,7 +26,7 @@ from orchestra._exceptions import (
     StoreUnreachable,
 )
 from orchestra._state import InterruptionKind, RunState, Status
-from orchestra._stores.contract import LiveStream
+from orchestra._stores.contract import StreamNote
 from orchestra._stores.fence import Fence
 from orchestra._stores.memory import Store
 from orchestra._stores.serde import state_to_dict
@@ -177,8 +177,8 @@ def test_a_version_2_database_gets_the_live_text_table(pg_url: str) -> None:
         conn.execute("DROP TABLE live_text")
         conn.execute("UPDATE orchestra_schema SET version = 2")
     with PostgresStore(pg_url) as store:
-        store.put_live_text("r1", "r1", LiveStream(text="so far", tokens=2))
-        assert store.live_texts("r1") == {"r1": "so far"}
+        store.note_stream("r1", "r1", StreamNote(text="so far", tokens=2))
+        assert store.streaming_texts("r1") == {"r1": "so far"}
     assert query(pg_url, "SELECT version FROM orchestra_schema") == [(PG_SCHEMA_VERSION,)]
 
 

@@ -14,7 +14,7 @@ import pytest
 from orchestra import LeaseError, LeaseLost, MemoryStore, RunNotFound
 from orchestra._exceptions import ConfigError, StateError
 from orchestra._state import RunState, Status
-from orchestra._stores.contract import DurableStore, LiveStream, Store
+from orchestra._stores.contract import DurableStore, Store, StreamNote
 from orchestra._stores.fence import Fence
 
 
@@ -185,31 +185,37 @@ def test_leases_are_taken_once_and_fence_every_writer_before(durable: DurableSto
     assert durable.load("root").status is Status.RUNNING
 
 
-# -- live text ------------------------------------------------------------------------
+# -- stream notes ---------------------------------------------------------------------
 
 
-def test_live_text_is_kept_per_run_and_cleared(durable: DurableStore) -> None:
-    live = durable.live
-    live.put_live_text("r1", "root", LiveStream(text="errors.log men", tokens=3))
-    live.put_live_text("r2", "root", LiveStream(text="Findings", tokens=1))
-    noted = LiveStream(text="errors.log mentions a timeout", tokens=6, prompt=300, cap=1024)
-    live.put_live_text("r1", "root", noted)
-    live.put_live_text("x", "other", LiveStream(text="elsewhere"))
-    assert live.live_texts("root") == {"r1": "errors.log mentions a timeout", "r2": "Findings"}
-    assert live.live_stream("r1") == noted and live.live_stream("nope") is None
-    live.put_live_text("r1", "root", None)
-    assert live.live_texts("root") == {"r2": "Findings"} and live.live_stream("r1") is None
-    assert live.live_texts("nothing") == {}
+def test_stream_notes_are_kept_per_run_and_cleared(durable: DurableStore) -> None:
+    notes = durable.stream_notes
+    notes.note_stream("r1", "root", StreamNote(text="errors.log men", tokens=3))
+    notes.note_stream("r2", "root", StreamNote(text="Findings", tokens=1))
+    noted = StreamNote(text="errors.log mentions a timeout", tokens=6, prompt=300, cap=1024)
+    notes.note_stream("r1", "root", noted)
+    notes.note_stream("x", "other", StreamNote(text="elsewhere"))
+    assert notes.streaming_texts("root") == {
+        "r1": "errors.log mentions a timeout",
+        "r2": "Findings",
+    }
+    assert notes.stream_note("r1") == noted and notes.stream_note("nope") is None
+    notes.note_stream("r1", "root", None)
+    assert notes.streaming_texts("root") == {"r2": "Findings"} and notes.stream_note("r1") is None
+    assert notes.streaming_texts("nothing") == {}
 
 
-def test_a_save_clears_the_run_s_live_text(durable: DurableStore) -> None:
+def test_a_save_clears_the_run_s_stream_note(durable: DurableStore) -> None:
     # the save that keeps a stream's charge is the one that forgets the stream
     durable.save(make_state("r1"))
-    durable.live.put_live_text("r1", "r1", LiveStream(text="half", tokens=2))
-    durable.live.put_live_text("r2", "r1", LiveStream(text="other", tokens=1))
+    durable.stream_notes.note_stream("r1", "r1", StreamNote(text="half", tokens=2))
+    durable.stream_notes.note_stream("r2", "r1", StreamNote(text="other", tokens=1))
     durable.save(make_state("r1"))
-    assert durable.live.live_stream("r1") is None and durable.live.live_stream("r2") is not None
+    assert (
+        durable.stream_notes.stream_note("r1") is None
+        and durable.stream_notes.stream_note("r2") is not None
+    )
 
 
-def test_a_memory_store_keeps_no_live_text(each_store: Store) -> None:
-    assert (each_store.live is None) == (type(each_store).__name__ == "MemoryStore")
+def test_a_memory_store_keeps_no_stream_notes(each_store: Store) -> None:
+    assert (each_store.stream_notes is None) == (type(each_store).__name__ == "MemoryStore")

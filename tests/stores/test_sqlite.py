@@ -28,7 +28,7 @@ from orchestra._exceptions import (
 )
 from orchestra._state import RunState, Status
 from orchestra._stores import transcripts
-from orchestra._stores.contract import LiveStream
+from orchestra._stores.contract import StreamNote
 from orchestra._stores.memory import Store
 from orchestra._stores.serde import state_to_dict
 from orchestra._stores.sqlite import STORE_SCHEMA_VERSION, SQLiteStore, default_store_path
@@ -657,8 +657,8 @@ def test_a_version_4_file_gets_the_live_text_table(db: Path) -> None:
         conn.execute("UPDATE meta SET value = 4 WHERE key = 'schema_version'")
     with SQLiteStore(db) as store, raw(db) as conn:
         assert conn.execute("SELECT value FROM meta").fetchone() == (STORE_SCHEMA_VERSION,) == (5,)
-        store.put_live_text("root", "root", LiveStream(text="so far", tokens=2))
-        assert store.live_texts("root") == {"root": "so far"}
+        store.note_stream("root", "root", StreamNote(text="so far", tokens=2))
+        assert store.streaming_texts("root") == {"root": "so far"}
         assert store.load("root").run_id == "root"
 
 
