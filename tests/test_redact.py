@@ -30,7 +30,7 @@ from orchestra import (
 )
 from orchestra._recipes.demo import demo_agent, demo_task
 from orchestra._redact import REDACTED, excerpt, redact, redact_data, register
-from orchestra._views.output import print_tree, print_waiting
+from orchestra._views.printed import print_tree, print_waiting
 from orchestra._views.report import report
 from orchestra.testing import InMemorySpanSink, ScriptedTransport
 

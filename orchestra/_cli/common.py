@@ -1,6 +1,6 @@
 """Options that several commands share, each written once.
 
-``demo``, ``run`` and ``resume`` report a tree the same way (:class:`Output`:
+``demo``, ``run`` and ``resume`` report a tree the same way (:class:`Reporting`:
 ``--trace``, ``--store``, ``--json``, ``--otlp``…); ``demo`` and ``run`` limit
 and price it the same way (:class:`TreeOptions`: ``--max-budget``,
 ``--timeout``, ``--max-tokens-budget``, prices, ``--dedupe``, ``--mcp``…). A
@@ -25,11 +25,11 @@ from .options import PRICE, SECONDS, TOKENS, USD, Number, OutputFile, count
 from .stores import store_option
 
 __all__ = [
-    "Output",
+    "Reporting",
     "TreeOptions",
     "api_key_option",
     "json_option",
-    "output_options",
+    "reporting_options",
     "tokens_option",
     "tree_options",
 ]
@@ -171,7 +171,7 @@ money_options = bundled(
 
 
 @attrs.frozen(kw_only=True)
-class Output:
+class Reporting:
     """Where a command that runs a tree reports it: trace file, store, JSON, spans."""
 
     trace: str | None
@@ -185,9 +185,9 @@ class Output:
     capture_content: bool
 
 
-output_options = bundled(
-    "output",
-    Output,
+reporting_options = bundled(
+    "reporting",
+    Reporting,
     [
         click.option(
             "--trace",
@@ -274,7 +274,7 @@ tree_options = bundled(
             default=128,
             show_default=True,
             metavar="TOKENS",
-            help="Output tokens each run keeps for a final answer: at a limit (budget, "
+            help="Reporting tokens each run keeps for a final answer: at a limit (budget, "
             "last turn, deadline) it answers from what it has, marked partial. 0: off.",
         ),
         *shape_options,

@@ -10,10 +10,10 @@ from click.shell_completion import CompletionItem
 
 from .._exceptions import OrchestraError
 from .common import (
-    Output,
+    Reporting,
     TreeOptions,
     continue_option,
-    output_options,
+    reporting_options,
     tree_options,
 )
 from .options import SECONDS, TURNS, USD
@@ -135,7 +135,7 @@ def _sandbox(directory: str | None) -> Path:
     help="With --continue: the next user message [default: a follow-up question].",
 )
 @tree_options
-@output_options
+@reporting_options
 @continue_option
 def demo(
     scenario: str,
@@ -149,7 +149,7 @@ def demo(
     directory: str | None,
     message: str | None,
     tree: TreeOptions,
-    output: Output,
+    reporting: Reporting,
     continue_from: str | None,
 ) -> None:
     """Run SCENARIO against the embedded scripted provider.
@@ -162,10 +162,10 @@ def demo(
     from . import start
 
     if continue_from is not None:  # a run to continue is in a store that exists
-        must_exist(output.store_path)  # refused before anything is made
+        must_exist(reporting.store_path)  # refused before anything is made
     recipe = start.recipe(
         tree,
-        output,
+        reporting,
         directory=str(_sandbox(directory)),
         scenario=scenario,
         errors=errors,
@@ -176,6 +176,6 @@ def demo(
     if max_turns is None:
         slow_tree = parse_scenario(scenario)[0] == "slow_tree"
         max_turns = 3 + 3 * (children or 3) if slow_tree else 20
-    session, spans = start.session(recipe, output, cancel_after=cancel_after)
+    session, spans = start.session(recipe, reporting, cancel_after=cancel_after)
     task = demo_task(scenario, children) if continue_from is None else message or FOLLOW_UP
-    start.start(session, start.limits(max_turns, tree), task, output, spans, continue_from)
+    start.start(session, start.limits(max_turns, tree), task, reporting, spans, continue_from)

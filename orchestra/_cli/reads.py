@@ -24,7 +24,7 @@ def runs(limit: int, all_runs: bool, store_path: str | None, as_json: bool) -> N
     """Recent runs: each one's agent, status (and what an interrupted one waits for) and spend."""
     states = existing_store(store_path).list_runs(limit=limit, roots_only=not all_runs)
     if not as_json:
-        from .._views.output import print_runs
+        from .._views.printed import print_runs
 
         print_runs(states)
         return
@@ -55,7 +55,7 @@ def runs(limit: int, all_runs: bool, store_path: str | None, as_json: bool) -> N
 def show(run_id: str, store_path: str | None, as_json: bool) -> None:
     """A run's tree with status and costs, and the call it waits on if any."""
     from .._recipes.recipe import Recipe
-    from .._views.output import print_tree, print_waiting
+    from .._views.printed import print_tree, print_waiting
     from .._views.report import report, tree_result
 
     store, state = loaded(store_path, run_id)

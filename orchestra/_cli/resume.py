@@ -10,10 +10,10 @@ import click
 
 from .._state import Limits, RunState
 from .common import (
-    Output,
+    Reporting,
     api_key_option,
     max_budget_option,
-    output_options,
+    reporting_options,
     timeout_option,
     tokens_option,
 )
@@ -36,7 +36,7 @@ __all__ = ["resume"]
 @timeout_option("A new deadline: seconds from now.")
 @tokens_option
 @api_key_option
-@output_options
+@reporting_options
 def resume(
     run_id: str,
     max_turns: int | None,
@@ -44,28 +44,28 @@ def resume(
     timeout: float | None,
     max_tokens_total: int | None,
     api_key: str,
-    output: Output,
+    reporting: Reporting,
 ) -> None:
     """Continue a stopped run (after an approval, a cancel, a crash or a raised limit)."""
     from .._model.tokens import encoding
     from .._recipes.recipe import Recipe
     from . import start
 
-    store, state = loaded(output.store_path, run_id)
+    store, state = loaded(reporting.store_path, run_id)
     raises = (max_turns, max_budget, timeout, max_tokens_total)
-    if is_distributed(output.store_path):
-        _requeue(output, state, raises)
+    if is_distributed(reporting.store_path):
+        _requeue(reporting, state, raises)
         return
     if state.parent_id is not None:
         raise CommandError(
             f"run {state.run_id} is a child run; resume its tree from the root: "
-            f"orchestra resume {state.root_id}{store_flag(output.store_path)}"
+            f"orchestra resume {state.root_id}{store_flag(reporting.store_path)}"
         )
     raised = _raised(state.limits, *raises)
     recipe = Recipe.of(state)
-    if output.provider_name is not None:
-        recipe = attrs.evolve(recipe, provider_name=output.provider_name)
-    session, spans = start.session(recipe, output, store=store, api_key=api_key)
+    if reporting.provider_name is not None:
+        recipe = attrs.evolve(recipe, provider_name=reporting.provider_name)
+    session, spans = start.session(recipe, reporting, store=store, api_key=api_key)
     encoding()
 
     async def go(runner: Runner, mcp_tools: tuple[Tool, ...]) -> RunResult:
@@ -77,18 +77,18 @@ def resume(
         )
 
     result, elapsed = start.drive(session, state.run_id, go)
-    start.finish(result, session, elapsed, output, spans)
+    start.finish(result, session, elapsed, reporting, spans)
 
 
-def _requeue(output: Output, state: RunState, raises: tuple[Any, ...]) -> None:
+def _requeue(reporting: Reporting, state: RunState, raises: tuple[Any, ...]) -> None:
     """Resume a tree the workers execute: queue its root again."""
     from ..distributed._cli import requeue
 
     if any(value is not None for value in raises):
         raise CommandError("raising limits of a run the workers execute is not supported yet")
-    assert output.store_path is not None
-    workflow = requeue(output.store_path, state.root_id)
-    if output.as_json:
+    assert reporting.store_path is not None
+    workflow = requeue(reporting.store_path, state.root_id)
+    if reporting.as_json:
         click.echo(json.dumps({"run_id": state.root_id, "queued": workflow}))
     else:
         click.echo(f"queued {state.root_id} (workflow {workflow}): the workers continue it")

@@ -8,11 +8,11 @@ import click
 
 from .._recipes.recipe import RUN_INSTRUCTIONS, RUN_MAX_TOKENS, RUN_TIMEOUT_S
 from .common import (
-    Output,
+    Reporting,
     TreeOptions,
     api_key_option,
     continue_option,
-    output_options,
+    reporting_options,
     tree_options,
 )
 from .options import MAX_SECONDS, READ_ONLY_TOOLS, TURNS, Number, ToolNames, count
@@ -101,7 +101,7 @@ __all__ = ["run_command"]
     "still starting); by default a refused connection fails the run at once.",
 )
 @tree_options
-@output_options
+@reporting_options
 @continue_option
 def run_command(
     task: str,
@@ -119,7 +119,7 @@ def run_command(
     max_tokens: int,
     wait_for_server_s: float,
     tree: TreeOptions,
-    output: Output,
+    reporting: Reporting,
     continue_from: str | None,
 ) -> None:
     """Run TASK with the file catalog against any OpenAI-compatible endpoint.
@@ -133,10 +133,10 @@ def run_command(
     from . import start
 
     if continue_from is not None:  # a run to continue is in a store that exists
-        must_exist(output.store_path)  # refused before anything is made
+        must_exist(reporting.store_path)  # refused before anything is made
     recipe = start.recipe(
         tree,
-        output,
+        reporting,
         directory=str(Path(directory).resolve()),
         base_url=base_url,
         model=model,
@@ -150,5 +150,5 @@ def run_command(
         wait_for_server_s=wait_for_server_s,
     )
     click.echo(f"sandbox: {recipe.directory} (tools: {', '.join(tools)})", err=True)
-    session, spans = start.session(recipe, output, api_key=api_key)
-    start.start(session, start.limits(max_turns, tree), task, output, spans, continue_from)
+    session, spans = start.session(recipe, reporting, api_key=api_key)
+    start.start(session, start.limits(max_turns, tree), task, reporting, spans, continue_from)

@@ -21,8 +21,8 @@ import click
 
 from .._state import Limits
 from .._views.exits import status_exit
-from .._views.output import print_tree, print_waiting
-from .common import Output, TreeOptions
+from .._views.printed import print_tree, print_waiting
+from .common import Reporting, TreeOptions
 from .errors import BadValue
 from .stores import is_distributed, new_store, store_flag
 
@@ -53,7 +53,7 @@ def limits(max_turns: int | None, tree: TreeOptions) -> Limits:
     )
 
 
-def recipe(tree: TreeOptions, output: Output, **fields: Any) -> Recipe:
+def recipe(tree: TreeOptions, reporting: Reporting, **fields: Any) -> Recipe:
     """A new tree's recipe: ``fields``, and what ``demo`` and ``run`` take alike from
     the shared options (dedupe, MCP servers, prices, the provider's name)."""
     from .._recipes.recipe import Recipe
@@ -61,7 +61,7 @@ def recipe(tree: TreeOptions, output: Output, **fields: Any) -> Recipe:
     shared: dict[str, Any] = {
         "dedupe": tree.dedupe,
         "mcp": tree.mcp,
-        "provider_name": output.provider_name,
+        "provider_name": reporting.provider_name,
         **attrs.asdict(tree.money),
     }
     return Recipe(**shared, **fields)
@@ -69,45 +69,45 @@ def recipe(tree: TreeOptions, output: Output, **fields: Any) -> Recipe:
 
 def session(
     recipe: Recipe,
-    output: Output,
+    reporting: Reporting,
     *,
     store: Any = None,
     api_key: str = "",
     cancel_after: float | None = None,
 ) -> tuple[Session, Any]:
-    """The session that runs ``recipe`` as ``output`` says, and its spans (or None)."""
+    """The session that runs ``recipe`` as ``reporting`` says, and its spans (or None)."""
     from .session import Session
 
-    tracer, spans = _tracing(output)
+    tracer, spans = _tracing(reporting)
     made = Session(
         recipe=recipe,
-        store=new_store(output.store_path) if store is None else store,
-        trace=output.trace,
+        store=new_store(reporting.store_path) if store is None else store,
+        trace=reporting.trace,
         api_key=api_key,
         cancel_after=cancel_after,
         tracer=tracer,
-        live=not (output.as_json or output.json_events),
-        json_events=output.json_events,
+        live=not (reporting.as_json or reporting.json_events),
+        json_events=reporting.json_events,
     )
     return made, spans
 
 
-def _tracing(output: Output) -> tuple[Any, Any]:
-    if not output.otlp:
+def _tracing(reporting: Reporting) -> tuple[Any, Any]:
+    if not reporting.otlp:
         return None, None
     from .._telemetry.otel import OTelTracer, configure_otlp
 
-    provider = configure_otlp(protocol=output.otlp_protocol, endpoint=output.otlp_endpoint)
-    capture = True if output.capture_content else None  # None: the environment decides
+    provider = configure_otlp(protocol=reporting.otlp_protocol, endpoint=reporting.otlp_endpoint)
+    capture = True if reporting.capture_content else None  # None: the environment decides
     return OTelTracer(tracer_provider=provider, capture_content=capture), provider
 
 
-def tell_started(run_id: str, output: Output) -> None:
+def tell_started(run_id: str, reporting: Reporting) -> None:
     """Say on stderr, at once, which run this is and how to stop it from elsewhere
     (two lines, so that each fits 80 columns)."""
     click.echo(f"run {run_id} started", err=True)
     click.echo(
-        f"  stop it with: orchestra cancel {run_id}{store_flag(output.store_path)}", err=True
+        f"  stop it with: orchestra cancel {run_id}{store_flag(reporting.store_path)}", err=True
     )
 
 
@@ -115,7 +115,7 @@ def start(
     session: Session,
     tree_limits: Limits,
     task: str,
-    output: Output,
+    reporting: Reporting,
     spans: Any,
     continue_from: str | None = None,
 ) -> None:
@@ -125,20 +125,20 @@ def start(
     from .._core.execute import new_run_id
     from .._model.tokens import encoding
 
-    if continue_from is not None and is_distributed(output.store_path):
+    if continue_from is not None and is_distributed(reporting.store_path):
         raise BadValue(
             "--continue runs here: a PostgreSQL store's workers do not continue runs yet"
         )
-    if is_distributed(output.store_path):
+    if is_distributed(reporting.store_path):
         from ..distributed._cli import submit_and_follow
         from .session import followed
 
-        assert output.store_path is not None
+        assert reporting.store_path is not None
         with followed(session) as sink:
             result, ms = submit_and_follow(
-                output.store_path, session.recipe, tree_limits, task, sink
+                reporting.store_path, session.recipe, tree_limits, task, sink
             )
-        finish(result, session, ms, output, spans)
+        finish(result, session, ms, reporting, spans)
         return
     encoding()  # load the tokenizer before the clock starts
     root_id = new_run_id()
@@ -147,7 +147,7 @@ def start(
         agent = session.recipe.agent(tree_limits, mcp_tools)
         if continue_from is not None:  # said before the run is: a wrong id starts nothing
             refuse_to_continue(runner.store.load(continue_from), agent.name)
-        tell_started(root_id, output)
+        tell_started(root_id, reporting)
         return await runner.run(
             agent,
             task,
@@ -157,7 +157,7 @@ def start(
         )
 
     result, elapsed = drive(session, root_id, go)
-    finish(result, session, elapsed, output, spans)
+    finish(result, session, elapsed, reporting, spans)
 
 
 def drive(session: Session, root_id: str, go: Go) -> tuple[RunResult, float]:
@@ -170,21 +170,21 @@ def drive(session: Session, root_id: str, go: Go) -> tuple[RunResult, float]:
 
 
 def finish(
-    result: RunResult, session: Session, elapsed: float | None, output: Output, spans: Any
+    result: RunResult, session: Session, elapsed: float | None, reporting: Reporting, spans: Any
 ) -> None:
     """Print the tree's report (and send its last spans), then exit with its status."""
     from .._views.report import report
 
     out = report(result, session.store, elapsed, session.recipe.directory)
-    if output.json_events:
+    if reporting.json_events:
         click.echo(json.dumps({"type": "report", **out}, sort_keys=True))
-    elif output.as_json:
+    elif reporting.as_json:
         if spans is not None:
             out["spans_exported"] = _export_spans(spans)
         click.echo(json.dumps(out, sort_keys=True))
     else:
         print_tree({**out, "trace_id": None})  # said below, once its spans are sent
-        print_waiting(out, store_flag(output.store_path))
+        print_waiting(out, store_flag(reporting.store_path))
         sys.stdout.flush()  # the result shows now; exporting the last spans may take longer
         if spans is not None:
             exported = _export_spans(spans)

@@ -21,7 +21,7 @@ from orchestra._recipes.recipe import Recipe
 from orchestra._stores.memory import MemoryStore
 from orchestra._stores.sqlite import SQLiteStore
 from orchestra._views.live import LiveTree
-from orchestra._views.output import print_tree, print_waiting
+from orchestra._views.printed import print_tree, print_waiting
 from orchestra._views.report import report, with_stored_children
 from orchestra._views.text import Node, tree_lines
 

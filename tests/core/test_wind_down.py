@@ -150,7 +150,7 @@ async def test_a_deadline_one_call_away_winds_down(autojump_clock):
 
 
 async def test_the_command_line_and_the_console_say_partial():
-    from orchestra._views.output import _footer
+    from orchestra._views.printed import _footer
     from orchestra._views.text import Node
     from orchestra.console._tree_view import _note
 
