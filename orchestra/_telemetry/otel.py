@@ -612,6 +612,7 @@ async def flush_spans(provider: Any, timeout_s: float = 10.0) -> bool:
     Cancellation: the flush is not abandoned; a cancelled caller returns once
     the worker thread does (bounded by ``timeout_s``).
     """
+    # the SDK's flush blocks until the exporter answers: a thread's wait, not the loop's
     result = await trio.to_thread.run_sync(provider.force_flush, int(timeout_s * 1000))
     return bool(result)
 

@@ -58,6 +58,7 @@ async def updates(
     while not closing.is_set():
         began = trio.current_time()
         try:
+            # rendering reads the (synchronous) store: off the loop that serves pages
             parts = await trio.to_thread.run_sync(render)
         except OrchestraError as exc:  # e.g. the store is locked for longer than its timeout
             yield message("trouble", str(exc))

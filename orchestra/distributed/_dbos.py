@@ -160,6 +160,8 @@ def _register() -> None:
             raise RuntimeError("no orchestra worker serves steps in this process")
         fn, token = _serving
         try:
+            # DBOS calls steps in its executor threads; the run's state lives on the
+            # trio loop, so the step is handed there and this thread waits for it
             return trio.from_thread.run(fn, run_id, trio_token=token)
         except BaseException as exc:  # DBOS retries Exceptions only: say which
             if _abandoned(exc):

@@ -274,6 +274,7 @@ async def tree_events(database: str, root_id: str) -> AsyncIterator[Event]:
     """
     follower = Follower(database, root_id)
     try:
+        # psycopg's LISTEN connection is blocking: each wait for notes is a thread's
         await trio.to_thread.run_sync(follower.open)
         while not follower.done:
             for event in await trio.to_thread.run_sync(follower.poll, TICK_S):

@@ -195,6 +195,7 @@ class Worker:
                 # launch take seconds on a loaded machine, and a silent worker
                 # looks dead. It judges others only once DBOS runs here.
                 nursery.start_soon(self._beat)
+                # DBOS is synchronous (SQLAlchemy): its migration blocks a thread, not the loop
                 await trio.to_thread.run_sync(_dbos.migrate, self.database, self._store)
                 # Before "ready": the first step of each run here counts its prompt,
                 # and building the tokenizer takes seconds on a loaded machine.
@@ -252,6 +253,7 @@ class Worker:
         self._heartbeat(first=True, judge=False)
 
     async def _close(self) -> None:
+        # DBOS joins its executor threads: blocking, so off the trio thread
         await trio.to_thread.run_sync(_dbos.destroy)
         for provider in self._providers.values():
             await provider.aclose()
@@ -564,6 +566,7 @@ class Worker:
             # must never delay the heartbeat into a false death.
             try:
                 judge = self._launched and time.monotonic() - healthy_since >= self.dead_after_s
+                # in a thread of its own: a beat is never late because the loop is busy
                 dead = await trio.to_thread.run_sync(self._heartbeat, False, judge)
             except StoreUnreachable:
                 # Away from the database, this worker cannot tell who is dead:
@@ -574,6 +577,7 @@ class Worker:
                 self.on_declared_dead(self.executor_id)
                 return
             if dead:
+                # DBOS re-queues the dead executors' workflows in its own (blocking) calls
                 await trio.to_thread.run_sync(_dbos.recover, dead)
             if judge and time.monotonic() >= sweep_at:
                 sweep_at = time.monotonic() + self.dead_after_s / 2
