@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         ToolOutcomeUnknown,
     )
     from ._instructions import CATALOG_INSTRUCTIONS
+    from ._model.anthropic import AnthropicProvider
     from ._model.margin import FIRST_MARGIN, Calibration, Margin
     from ._model.provider import ChatReply, ChatRequest, OpenAIProvider, Provider
     from ._model.retry import RetryPolicy
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from ._prices import PriceTable
     from ._result import RunResult
     from ._runner import RunHandle, Runner
+    from ._settings import ModelSettings
     from ._state import (
         Approval,
         Interruption,
@@ -66,6 +68,7 @@ __all__ = [
     "FIRST_MARGIN",
     "MIN_COMPLETION",
     "Agent",
+    "AnthropicProvider",
     "Approval",
     "Calibration",
     "Carving",
@@ -84,6 +87,7 @@ __all__ = [
     "Limits",
     "Margin",
     "MemoryStore",
+    "ModelSettings",
     "OTelTracer",
     "OpenAIProvider",
     "OrchestraError",
@@ -187,6 +191,8 @@ _MODULE_OF: dict[str, str] = {
             "Usage",
         ),
         "_core.stops": ("StopCondition",),
+        "_settings": ("ModelSettings",),
+        "_model.anthropic": ("AnthropicProvider",),
         "_tools": ("Tool", "ToolContext", "tool"),
     }.items()
     for name in names

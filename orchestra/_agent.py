@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Generic
 
 import attrs
 
 from ._carving import Carving
 from ._exceptions import ConfigError, PermanentToolError
-from ._output import OUTPUT_TOOL, OutputSpec, output_spec
+from ._output import OUTPUT_TOOL, OutputSpec, OutputT, output_spec
+from ._settings import ModelSettings
 from ._state import Limits, RunState
 from ._tools import DEFAULT_RESULT_BYTES, MIN_RESULT_BYTES, Tool, ToolContext, check_timeout
 
@@ -83,7 +84,7 @@ def _tool_tuple(tools: Iterable[Tool]) -> tuple[Tool, ...]:
 
 
 @attrs.frozen(kw_only=True)
-class Agent:
+class Agent(Generic[OutputT]):
     """A model with instructions, tools and default limits.
 
     ``max_tokens`` is the most a reply may use; the budget gate lowers it
@@ -106,6 +107,11 @@ class Agent:
     limits: Limits = Limits()
     policy: ToolPolicy = ToolPolicy()
     max_tokens: int = 1024
+    settings: ModelSettings = ModelSettings()
+    """How the model samples each reply of this agent's runs (temperature, seed,
+    stop, ...: see :class:`~orchestra.ModelSettings`); a run may be given its own,
+    which win field by field. ``settings.max_tokens``, when set, replaces
+    :attr:`max_tokens`."""
     stop_when: tuple[Callable[[RunState], str | None], ...] = attrs.field(
         default=(), converter=tuple
     )
@@ -117,9 +123,11 @@ class Agent:
     budget_note: bool = False
     """Each request ends with a system note of what the run has left (turns,
     budget, tokens, time), for the model to plan by; in the request only."""
-    output_type: object = None
-    """The answer's shape: a JSON schema (a dict), an attrs class or a TypedDict
-    (see :mod:`orchestra._output`); None: prose."""
+    output_type: type[OutputT] | Mapping[str, Any] | None = None
+    """The answer's shape: a JSON schema (a dict), an attrs class, a dataclass, a
+    TypedDict or a pydantic model (see :mod:`orchestra._output`); None: prose.
+    A class makes this an ``Agent[that class]``, whose runs' ``RunResult.output``
+    is an instance of it."""
     output_via: str = "response_format"
     """How the shape reaches the model: ``"response_format"`` (json_schema) or
     ``"tool"`` (a final-answer tool, for endpoints without response_format)."""

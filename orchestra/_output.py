@@ -1,8 +1,13 @@
 """Structured output: a run's answer in a declared shape.
 
-``Agent(output_type=...)`` takes a JSON schema (a mapping), an attrs class or
-a TypedDict; from a class the schema is derived (:func:`schema_of`). The
-shape reaches the model one of two ways (``Agent(output_via=...)``):
+``Agent(output_type=...)`` takes a JSON schema (a mapping), an attrs class, a
+dataclass, a TypedDict or a pydantic (v2) model. From an attrs class, a
+dataclass or a TypedDict the schema is derived from its typed fields
+(:func:`schema_of`); a pydantic model's is its ``model_json_schema()``, its
+objects closed to other properties unless the model allows extras
+(:func:`model_schema`; nested models stay as ``$defs`` and ``$ref``). pydantic
+is not a dependency: it is never imported here, only recognised once the user
+has. The shape reaches the model one of two ways (``Agent(output_via=...)``):
 
 - ``"response_format"`` (the default): each request carries
   ``response_format: {"type": "json_schema", ...}`` (``strict`` when the
@@ -13,30 +18,42 @@ shape reaches the model one of two ways (``Agent(output_via=...)``):
   (:data:`OUTPUT_TOOL`) whose parameters are the schema; the run answers by
   calling it, and its arguments are checked as any call's.
 
-Either way the answer is parsed and validated (jsonschema); one that does
-not fit goes back to the model as a user message saying what is wrong, for
-it to fix within the run's limits, at most ``Agent.output_retries`` times
-before the run fails. The value is kept in ``RunState.output`` (plain JSON);
-``RunResult.output`` holds it built into the class given, if one was.
+Either way the answer is parsed and validated (jsonschema), then built into
+the class given (cattrs for attrs classes and dataclasses, ``model_validate``
+for a pydantic model), whose validators may refuse it still; one that does
+not fit goes back to the model as a user message saying what is wrong (at
+which field), for it to fix within the run's limits, at most
+``Agent.output_retries`` times before the run fails. The value is kept in
+``RunState.output`` (plain JSON); ``RunResult.output`` holds it built into
+the class given, if one was (for a schema or a TypedDict: the JSON value).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, is_typeddict
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, cast, is_typeddict
 
 import attrs
 import cattrs
 
 from ._exceptions import ConfigError
-from ._schema import check_schema, schema_of
+from ._schema import check_schema, is_pydantic_model, model_schema, schema_of
 from ._storable import NotStorable, decoded
 from ._tools import Tool, ToolInputError
 
 if TYPE_CHECKING:
     import jsonschema
+    from typing_extensions import TypeVar
+
+    OutputT = TypeVar("OutputT", default=Any)
+else:  # typing's TypeVar takes a default from Python 3.13; only type checkers use it
+    from typing import TypeVar
+
+    OutputT = TypeVar("OutputT")
 
 __all__ = [
     "OUTPUT_TAKEN",
@@ -44,6 +61,7 @@ __all__ = [
     "Checked",
     "FinalOutput",
     "OutputSpec",
+    "OutputT",
     "correction",
     "is_correction",
     "output_spec",
@@ -58,6 +76,9 @@ ERRORS_SHOWN = 3
 """Most schema errors one correction lists."""
 _CORRECTION = "Your answer does not fit the required output"
 _NAME = re.compile(r"[^a-zA-Z0-9_-]")
+_DEFS = ("$defs", "definitions")
+"""The keys under which a schema keeps the definitions its refs name."""
+_KINDS = "a JSON schema (a dict), an attrs class, a dataclass, a TypedDict or a pydantic model"
 
 
 Via = Literal["response_format", "tool"]
@@ -109,14 +130,17 @@ class OutputSpec:
         return self.schema.get("type") != "object"
 
     def tool_parameters(self) -> dict[str, Any]:
-        """The output tool's parameters: the schema, or ``{"value": schema}``."""
+        """The output tool's parameters: the schema, or ``{"value": schema}`` (its
+        definitions left at the root, where its refs look for them)."""
         if not self.wrapped:
             return dict(self.schema)
+        value = {k: v for k, v in self.schema.items() if k not in _DEFS}
         return {
             "type": "object",
-            "properties": {"value": dict(self.schema)},
+            "properties": {"value": value},
             "required": ["value"],
             "additionalProperties": False,
+            **{k: v for k, v in self.schema.items() if k in _DEFS},
         }
 
     def describe(self, limit: int = 400) -> str:
@@ -148,9 +172,7 @@ class OutputSpec:
         errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
         if not errors:
             return Checked(value=value, error=self.refusal(value))
-        shown = "; ".join(_said(e) for e in errors[:ERRORS_SHOWN])
-        more = len(errors) - ERRORS_SHOWN
-        return Checked(error=shown + (f"; and {more} more" if more > 0 else ""))
+        return Checked(error=_listed([_said(e) for e in errors]))
 
     def refusal(self, value: Any) -> str | None:
         """Why the output class refuses ``value`` (its validators), or None if it builds."""
@@ -162,7 +184,8 @@ class OutputSpec:
 
 
 def output_spec(output_type: object, via: str = "response_format") -> OutputSpec:
-    """The spec of ``output_type``: a JSON schema, an attrs class or a TypedDict.
+    """The spec of ``output_type``: a JSON schema, an attrs class, a dataclass, a
+    TypedDict or a pydantic model.
 
     Raises:
         ConfigError: not one of those, a type no schema can be derived from,
@@ -170,23 +193,33 @@ def output_spec(output_type: object, via: str = "response_format") -> OutputSpec
     """
     if via not in ("response_format", "tool"):
         raise ConfigError(f"output_via must be 'response_format' or 'tool', got {via!r}")
-    build: Callable[[Any], Any] = _identity
-    if isinstance(output_type, Mapping):
-        schema, name = dict(output_type), "output"
-    elif isinstance(output_type, type) and (attrs.has(output_type) or is_typeddict(output_type)):
-        schema, name = schema_of(output_type), output_type.__name__
-        build = _structurer(output_type) if attrs.has(output_type) else _identity
-    else:
-        raise ConfigError(
-            f"output_type must be a JSON schema (a dict), an attrs class or a TypedDict, "
-            f"got {output_type!r}"
-        )
+    schema, name, build = _shape(output_type)
     check_schema(schema, "output_type")
     how: Via = "tool" if via == "tool" else "response_format"
     spec = OutputSpec(
         name=_NAME.sub("_", name)[:64], schema=schema, strict=_strict(schema), via=how, build=build
     )
     return attrs.evolve(spec, tool=output_tool(spec)) if how == "tool" else spec
+
+
+def _shape(output_type: object) -> tuple[dict[str, Any], str, Callable[[Any], Any]]:
+    """The schema of ``output_type``, its name and how its value is built.
+
+    Raises:
+        ConfigError: none of the kinds accepted, or a class with no JSON schema.
+    """
+    if isinstance(output_type, Mapping):
+        return dict(output_type), "output", _identity
+    if not isinstance(output_type, type):
+        raise ConfigError(f"output_type must be {_KINDS}, got {output_type!r}")
+    name = output_type.__name__
+    if is_pydantic_model(output_type):
+        return model_schema(output_type), name, _validator_of(output_type)
+    if attrs.has(output_type) or dataclasses.is_dataclass(output_type):
+        return schema_of(output_type), name, _structurer(output_type)
+    if is_typeddict(output_type):
+        return schema_of(output_type), name, _identity
+    raise ConfigError(f"output_type must be {_KINDS}, got {output_type!r}")
 
 
 def _strict(schema: Any) -> bool:
@@ -210,10 +243,17 @@ def _identity(value: Any) -> Any:
 
 
 def _structurer(cls: type) -> Callable[[Any], Any]:
-    """Build ``cls`` from its JSON value: fields by their ``__init__`` names, as the
-    schema has them (attrs names ``_secret`` ``secret``), defaults for those left out."""
+    """Build ``cls`` (an attrs class or a dataclass) from its JSON value: fields by
+    their ``__init__`` names, as the schema has them (attrs names ``_secret``
+    ``secret``), defaults for those left out."""
     converter = cattrs.Converter(use_alias=True)
     return lambda value: converter.structure(value, cls)
+
+
+def _validator_of(model: type) -> Callable[[Any], Any]:
+    """Build a pydantic ``model`` from its JSON value: its ``model_validate``."""
+    validate: Callable[[Any], Any] = cast(Any, model).model_validate
+    return validate
 
 
 def _refused(exc: Exception) -> str:
@@ -221,7 +261,25 @@ def _refused(exc: Exception) -> str:
     if isinstance(exc, cattrs.BaseValidationError):
         said = cattrs.transform_error(exc, path="$", format_exception=_why)
         return "the value was refused: " + "; ".join(s.replace(" @ $", " at $") for s in said)
+    invalid = _pydantic_errors(exc)
+    if invalid is not None:
+        return "the value was refused: " + _listed(invalid)
     return f"the value was refused: {_why(exc, None)}"
+
+
+def _pydantic_errors(exc: Exception) -> list[str] | None:
+    """A pydantic ValidationError's errors, each at its field (``at $.n: Input should
+    be ...``); None for any other exception (pydantic is not imported for it)."""
+    core = sys.modules.get("pydantic_core")
+    if core is None or not isinstance(exc, core.ValidationError):
+        return None
+    return [f"at ${_path(e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False)]
+
+
+def _listed(errors: list[str]) -> str:
+    """The first :data:`ERRORS_SHOWN` of ``errors``, and how many more there are."""
+    more = len(errors) - ERRORS_SHOWN
+    return "; ".join(errors[:ERRORS_SHOWN]) + (f"; and {more} more" if more > 0 else "")
 
 
 def _why(exc: BaseException, _type: Any) -> str:
@@ -236,8 +294,12 @@ def _unfenced(text: str) -> str:
 
 
 def _said(error: jsonschema.ValidationError) -> str:
-    path = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
-    return f"at ${path}: {error.message}"
+    return f"at ${_path(error.absolute_path)}: {error.message}"
+
+
+def _path(parts: Sequence[str | int]) -> str:
+    """A place in a JSON value, after ``$``: ``.sources[0].name``."""
+    return "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in parts)
 
 
 def correction(spec: OutputSpec, error: str) -> dict[str, Any]:

@@ -4,29 +4,34 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic
 
 import attrs
 
 from ._money import to_usd
+from ._output import OutputT
 from ._state import RunState, Status
 
 __all__ = ["RunResult", "child_order", "stop_sentence"]
 
 
 @attrs.frozen(kw_only=True)
-class RunResult:
+class RunResult(Generic[OutputT]):
     """A run's final state and its children's results, as plain data.
 
     A stopped run is a result too: ``status`` says how it ended and the state
-    keeps its partial transcript and usage.
+    keeps its partial transcript and usage. Generic in the type of its
+    :attr:`output`: ``Runner.run`` of an ``Agent[Report]`` gives a
+    ``RunResult[Report]`` (unparametrised: ``Any``).
     """
 
     state: RunState
     children: tuple[RunResult, ...] = ()
-    output: Any = None
+    output: OutputT | None = None
     """The structured answer (see :mod:`orchestra._output`): an instance of the
-    agent's output class if it gave one, else the JSON value; None without."""
+    agent's output class (an attrs class, a dataclass, a pydantic model) if it
+    gave one, else the JSON value (a schema, a TypedDict); None without one or
+    when the run did not complete."""
 
     @property
     def status(self) -> Status:
@@ -93,6 +98,7 @@ class RunResult:
             "tokens_left": _left(s.limits.max_tokens_total, s.tree.tokens),
             "max_turns": s.limits.max_turns,
             "shape_limits": s.limits.shape(),
+            "settings": None if s.settings is None else s.settings.saved(),
             "answer": self.answer,
             "answer_partial": s.answer_partial,
             "output": s.output,

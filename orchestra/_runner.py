@@ -49,9 +49,11 @@ from ._keeper import LEASE_TTL, TreeKeeper
 from ._model.margin import Calibration, Margin
 from ._model.provider import Provider
 from ._model.retry import RetryPolicy
+from ._output import OutputT
 from ._prices import PriceTable
 from ._pricing import Pricing
 from ._result import RunResult
+from ._settings import ModelSettings
 from ._state import Interruption, Limits
 from ._stores.contract import Store
 from ._stores.memory import MemoryStore
@@ -131,6 +133,8 @@ class Launch:
     run_id: str | None = None
     metadata: dict[str, str] | None = None
     continue_from: str | None = None
+    settings: ModelSettings | None = None
+    """How this run asks its model, over its agent's settings (field by field)."""
 
 
 class LaunchOptions(TypedDict, total=False):
@@ -142,6 +146,7 @@ class LaunchOptions(TypedDict, total=False):
     run_id: str | None
     metadata: dict[str, str] | None
     continue_from: str | None
+    settings: ModelSettings | None
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -223,7 +228,9 @@ class Runner:
 
     # -- starting runs --------------------------------------------------------
 
-    async def run(self, agent: Agent, task: str, **options: Unpack[LaunchOptions]) -> RunResult:
+    async def run(
+        self, agent: Agent[OutputT], task: str, **options: Unpack[LaunchOptions]
+    ) -> RunResult[OutputT]:
         """Run ``agent`` on ``task`` as a root run until it stops; its result
         (``options``: see :class:`Launch`).
 
@@ -246,7 +253,9 @@ class Runner:
         with unwrapped():
             return await self._root(handle._live)
 
-    def run_sync(self, agent: Agent, task: str, **options: Unpack[LaunchOptions]) -> RunResult:
+    def run_sync(
+        self, agent: Agent[OutputT], task: str, **options: Unpack[LaunchOptions]
+    ) -> RunResult[OutputT]:
         """:meth:`run` from plain code (a script, a notebook cell): blocks until the
         tree stops; its result. Works with an asyncio loop running in this
         thread too (the tree then runs in a thread of its own). See
@@ -254,8 +263,8 @@ class Runner:
         return blocking([self.provider], partial(self.run, agent, task, **options))
 
     def resume_sync(
-        self, run_id: str, agent: Agent, *, limits: Limits | None = None, note: str = ""
-    ) -> RunResult:
+        self, run_id: str, agent: Agent[OutputT], *, limits: Limits | None = None, note: str = ""
+    ) -> RunResult[OutputT]:
         """:meth:`resume` from plain code, as :meth:`run_sync`."""
         return blocking(
             [self.provider], partial(self.resume, run_id, agent, limits=limits, note=note)
@@ -280,14 +289,12 @@ class Runner:
         """
         agent = launch.agent
         limits = (launch.limits or agent.limits).anchored(self.now())
-        run_id, metadata = launch.run_id, launch.metadata
+        run_id, metadata, settings = launch.run_id, launch.metadata, launch.settings
         if launch.continue_from is None:
-            state = new_state(agent, launch.task, limits, run_id=run_id, metadata=metadata)
+            state = new_state(agent, launch.task, limits, None, None, run_id, metadata, settings)
         else:
             earlier = self.store.load(launch.continue_from)
-            state = continued_state(
-                earlier, agent, launch.task, limits, run_id=run_id, metadata=metadata
-            )
+            state = continued_state(earlier, agent, launch.task, limits, run_id, metadata, settings)
         live = LiveRun(state=state, agent=agent, runner=self)
         return RunHandle(run_id=state.run_id, live=live, runner=self)
 
@@ -309,8 +316,8 @@ class Runner:
         return result
 
     async def resume(
-        self, run_id: str, agent: Agent, *, limits: Limits | None = None, note: str = ""
-    ) -> RunResult:
+        self, run_id: str, agent: Agent[OutputT], *, limits: Limits | None = None, note: str = ""
+    ) -> RunResult[OutputT]:
         """Continue a saved root run from where it stopped; its result.
 
         What was spent and the turns taken carry over: a run stopped by a limit

@@ -20,6 +20,7 @@ import attrs
 
 from ._exceptions import ConfigError
 from ._money import from_usd, to_usd
+from ._settings import ModelSettings
 
 __all__ = [
     "Approval",
@@ -377,6 +378,10 @@ class RunState:
     """The wind-down under way (its final call not made yet), so that a resume
     makes the same final call (see :mod:`orchestra._core.wind_down`); saved
     only when set."""
+    settings: ModelSettings | None = None
+    """How this run asks its model (its agent's settings, under the ones given for
+    the run: see :mod:`orchestra._settings`), kept so that a resume asks the same
+    way; None: the server's defaults. Saved only when set."""
 
     @property
     def conversation(self) -> str:

@@ -51,6 +51,7 @@ import trio
 from ._agent import Agent
 from ._events import Event
 from ._feed import EventFeed
+from ._output import OutputT
 from ._result import RunResult
 from ._runner import Launch, LaunchOptions, RunHandle, Runner
 from ._state import Limits
@@ -451,8 +452,8 @@ async def resume(
 
 
 async def run(
-    runner: Runner, agent: Agent, task: str, **options: Unpack[LaunchOptions]
-) -> RunResult:
+    runner: Runner, agent: Agent[OutputT], task: str, **options: Unpack[LaunchOptions]
+) -> RunResult[OutputT]:
     """Run a tree to its end from asyncio (as :meth:`Runner.run`); its result.
 
     The loop is woken once, when the tree has stopped."""

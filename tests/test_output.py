@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
+import subprocess
+import sys
+from collections.abc import Callable
 from typing import Any, Literal, TypedDict
 
 import attrs
+import pydantic
 import pytest
 
 from orchestra import (
@@ -330,3 +335,287 @@ async def test_through_the_tool_a_validators_refusal_is_a_bad_argument() -> None
     assert result.output == Private("s", 5)
     said = provider.requests[1].messages[-1]["content"]
     assert said.startswith(f"Error: invalid arguments for {OUTPUT_TOOL}: the value was refused")
+
+
+# -- pydantic models and dataclasses -----------------------------------------------
+
+
+class Author(pydantic.BaseModel):
+    name: str
+    born: int | None = None
+
+
+class Book(pydantic.BaseModel):
+    title: str
+    pages: int = pydantic.Field(ge=0)
+    author: Author
+    tags: list[str]
+
+
+class Even(pydantic.BaseModel):
+    n: int
+
+    @pydantic.field_validator("n")
+    @classmethod
+    def _even(cls, n: int) -> int:
+        if n % 2:
+            raise ValueError("must be even")
+        return n
+
+
+class Chapter(pydantic.BaseModel):
+    title: str
+    sections: list[Chapter] = []
+
+
+class Shelf(pydantic.RootModel[list[Author]]):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Place:
+    city: str
+    level: Level = Level.LOW
+
+
+@dataclasses.dataclass(frozen=True)
+class Trip:
+    name: str
+    kind: Literal["work", "fun"]
+    stops: list[Place]
+    home: Place | None = None
+    days: list[int] = dataclasses.field(default_factory=list)
+    seen: int = dataclasses.field(default=0, init=False)
+
+
+BOOK = {"title": "Dune", "pages": 412, "author": {"name": "Herbert"}, "tags": ["sf"]}
+TRIP = {"name": "north", "kind": "fun", "stops": [{"city": "Oslo", "level": "high"}]}
+
+
+def _replies(via: str, *answers: Any) -> FakeProvider:
+    """A provider answering with each value: as JSON text, or as a call of the output tool."""
+    if via == "response_format":
+        return _answers(*(json.dumps(a) for a in answers))
+    return FakeProvider(*(tool_calls((OUTPUT_TOOL, a)) for a in answers))
+
+
+VIAS = pytest.mark.parametrize("via", ["response_format", "tool"])
+
+
+@VIAS
+async def test_a_pydantic_model_is_built_from_the_answer(via: str) -> None:
+    provider = _replies(via, BOOK)
+    agent = Agent(name="a", model="m", output_type=Book, output_via=via)
+    result = await Runner(provider=provider).run(agent, "A book?")
+    assert result.status is Status.COMPLETED
+    assert result.output == Book(
+        title="Dune", pages=412, author=Author(name="Herbert"), tags=["sf"]
+    )
+    assert isinstance(result.output, Book) and isinstance(result.output.author, Author)
+    assert result.state.output == BOOK  # plain JSON, as saved
+    [request] = provider.requests
+    if via == "response_format":
+        assert request.response_format == output_spec(Book).response_format()
+    else:
+        assert request.tools[-1]["function"]["parameters"] == output_spec(Book).schema
+
+
+@VIAS
+async def test_a_pydantic_field_constraint_is_corrected_naming_the_field(via: str) -> None:
+    provider = _replies(via, {**BOOK, "pages": -1}, BOOK)
+    agent = Agent(name="a", model="m", output_type=Book, output_via=via)
+    result = await Runner(provider=provider).run(agent, "A book?")
+    assert result.status is Status.COMPLETED and result.output is not None
+    assert result.output.pages == 412
+    said = provider.requests[1].messages[-1]["content"]
+    assert "pages: -1 is less than the minimum of 0" in said  # at $.pages, or the argument
+    assert result.state.turns == 2
+
+
+@VIAS
+async def test_a_pydantic_validators_refusal_is_corrected_naming_the_field(via: str) -> None:
+    provider = _replies(via, {"n": 3}, {"n": 4})
+    agent = Agent(name="a", model="m", output_type=Even, output_via=via)
+    result = await Runner(provider=provider).run(agent, "An even number?")
+    assert result.status is Status.COMPLETED and result.output == Even(n=4)
+    said = provider.requests[1].messages[-1]["content"]
+    assert "the value was refused: at $.n: Value error, must be even" in said
+
+
+async def test_a_pydantic_refusal_every_time_fails_the_run_not_the_caller() -> None:
+    provider = _replies("response_format", {"n": 1}, {"n": 3})
+    agent = Agent(name="a", model="m", output_type=Even, output_retries=1)
+    result = await Runner(provider=provider).run(agent, "An even number?")
+    assert result.status is Status.FAILED and result.output is None
+    assert "must be even" in (result.state.reason or "")
+
+
+def test_a_pydantic_refusal_lists_the_first_errors_and_counts_the_rest() -> None:
+    class Four(pydantic.BaseModel):
+        a: int
+        b: int
+        c: int
+        d: int
+
+        @pydantic.model_validator(mode="before")
+        @classmethod
+        def _never(cls, value: Any) -> Any:
+            return {k: "x" for k in value}
+
+    checked = output_spec(Four).check({"a": 1, "b": 2, "c": 3, "d": 4})
+    assert checked.error is not None
+    assert checked.error.startswith("the value was refused: at $.a: Input should be a valid")
+    assert "at $.c:" in checked.error and "at $.d:" not in checked.error
+    assert checked.error.endswith("; and 1 more")
+
+
+def test_a_pydantic_schema_is_closed_and_strict_when_all_fields_are_required() -> None:
+    class Pair(pydantic.BaseModel):
+        a: int
+        b: Even
+
+    class Loose(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(extra="allow")
+        a: int
+
+    pair = output_spec(Pair).schema
+    assert pair["additionalProperties"] is False
+    assert pair["$defs"]["Even"]["additionalProperties"] is False
+    assert output_spec(Pair).strict and not output_spec(Book).strict  # born has a default
+    assert output_spec(Loose).schema["additionalProperties"] is True
+    assert not output_spec(Loose).strict
+    assert not output_spec(Book).check({**BOOK, "extra": 1}).value
+
+
+@VIAS
+async def test_nested_pydantic_models_are_validated_at_their_place(via: str) -> None:
+    bad = {**BOOK, "author": {"name": "Herbert", "born": "long ago"}}
+    good = {**BOOK, "author": {"name": "Herbert", "born": 1920}}
+    provider = _replies(via, bad, good)
+    agent = Agent(name="a", model="m", output_type=Book, output_via=via)
+    result = await Runner(provider=provider).run(agent, "A book?")
+    assert result.status is Status.COMPLETED and result.output is not None
+    assert result.output.author == Author(name="Herbert", born=1920)
+    said = provider.requests[1].messages[-1]["content"]
+    assert "author.born: 'long ago' is not valid" in said
+
+
+@VIAS
+async def test_a_recursive_pydantic_model_has_an_object_at_its_root(via: str) -> None:
+    answer = {"title": "I", "sections": [{"title": "I.1", "sections": [{"title": "I.1.a"}]}]}
+    spec = output_spec(Chapter, via)
+    assert spec.schema["type"] == "object" and "$ref" not in spec.schema
+    assert "Chapter" in spec.schema["$defs"]  # what the refs inside it name
+    assert "1 is not of type 'string'" in str(
+        spec.check({"title": "I", "sections": [{"title": 1}]}).error
+    )
+    agent = Agent(name="a", model="m", output_type=Chapter, output_via=via)
+    result = await Runner(provider=_replies(via, answer)).run(agent, "Contents?")
+    assert result.status is Status.COMPLETED and result.output is not None
+    assert result.output.sections[0].sections[0].title == "I.1.a"
+
+
+async def test_a_pydantic_root_model_through_the_tool_keeps_its_definitions_at_the_root() -> None:
+    spec = output_spec(Shelf, "tool")
+    assert spec.wrapped and "$defs" in spec.tool_parameters()
+    assert "$defs" not in spec.tool_parameters()["properties"]["value"]
+    provider = _replies("tool", {"value": [{"name": "Le Guin"}]})
+    agent = Agent(name="a", model="m", output_type=Shelf, output_via="tool")
+    result = await Runner(provider=provider).run(agent, "Who?")
+    assert result.status is Status.COMPLETED
+    assert result.output == Shelf([Author(name="Le Guin")])
+
+
+def test_a_pydantic_model_with_no_json_schema_is_refused_saying_why() -> None:
+    class Callback(pydantic.BaseModel):
+        then: Callable[[], int]
+
+    with pytest.raises(ConfigError, match="pydantic model Callback has no JSON schema: ") as caught:
+        Agent(name="a", model="m", output_type=Callback)
+    assert "CallableSchema" in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("bad", [object, Book.model_validate(BOOK), Trip("t", "fun", [])], ids=repr)
+def test_what_is_no_output_type_is_refused_naming_the_kinds(bad: Any) -> None:
+    kinds = "an attrs class, a dataclass, a TypedDict or a pydantic model"
+    with pytest.raises(
+        ConfigError, match=rf"output_type must be a JSON schema \(a dict\), {kinds}"
+    ):
+        Agent(name="a", model="m", output_type=bad)
+
+
+def test_a_schema_is_derived_from_a_dataclass_as_from_an_attrs_class() -> None:
+    schema = schema_of(Trip)
+    assert list(schema["properties"]) == ["name", "kind", "stops", "home", "days"]  # init only
+    assert schema["required"] == ["name", "kind", "stops"]
+    assert schema["properties"]["kind"] == {"enum": ["work", "fun"]}
+    place = schema["properties"]["stops"]["items"]
+    assert place["properties"]["level"] == {"enum": ["low", "high"]}
+    assert place["required"] == ["city"] and place["additionalProperties"] is False
+    assert schema["properties"]["home"]["anyOf"][1] == {"type": "null"}
+    assert not output_spec(Trip).strict and output_spec(Place).name == "Place"
+
+
+@VIAS
+async def test_a_dataclass_is_built_from_the_answer_nested_ones_too(via: str) -> None:
+    provider = _replies(via, {**TRIP, "kind": "rest"}, {**TRIP, "home": {"city": "Bergen"}})
+    agent = Agent(name="a", model="m", output_type=Trip, output_via=via)
+    result = await Runner(provider=provider).run(agent, "Where to?")
+    assert result.status is Status.COMPLETED
+    home = Place("Bergen")
+    assert result.output == Trip("north", "fun", [Place("Oslo", Level.HIGH)], home=home)
+    assert isinstance(result.output, Trip) and result.output.stops[0].level is Level.HIGH
+    assert result.state.output == {**TRIP, "home": {"city": "Bergen"}}
+    said = provider.requests[1].messages[-1]["content"]
+    assert "kind: 'rest' is not one of ['work', 'fun']" in said
+
+
+@dataclasses.dataclass
+class Loop:
+    next: Loop | None
+
+
+def test_a_dataclass_that_contains_itself_is_refused() -> None:
+    with pytest.raises(ConfigError, match="Loop: it contains itself"):
+        Agent(name="a", model="m", output_type=Loop)
+
+
+def test_a_dataclass_whose_annotations_do_not_resolve_is_refused() -> None:
+    @dataclasses.dataclass
+    class Local:
+        place: Nowhere  # type: ignore[name-defined]  # noqa: F821
+
+    with pytest.raises(ConfigError, match=r"the annotations of Local do not resolve: .*Nowhere"):
+        Agent(name="a", model="m", output_type=Local)
+
+
+DATACLASS_ONLY = """
+import dataclasses, json, sys
+from orchestra import Agent
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int = 0
+
+spec = Agent(name="a", model="m", output_type=Point).output
+tool = Agent(name="b", model="m", output_type=Point, output_via="tool").output
+refused = spec.check({"x": "3"}).error
+built = spec.build(spec.check({"x": 3}).value)
+seen = {"built": repr(built), "refused": refused, "pydantic": "pydantic" in sys.modules}
+print(json.dumps(seen))
+"""
+
+
+def test_a_dataclass_output_does_not_import_pydantic() -> None:
+    # a run's pricing (genai_prices) does import it: this checks the output's own path
+    done = subprocess.run(
+        [sys.executable, "-c", DATACLASS_ONLY], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {
+        "built": "Point(x=3, y=0)",
+        "refused": "at $.x: '3' is not of type 'integer'",
+        "pydantic": False,
+    }

@@ -20,8 +20,9 @@ import attrs
 import click
 
 from .._recipes.money import Money
+from .._settings import ModelSettings
 from .._telemetry.otlp_protocol import PROTOCOLS
-from .options import PRICE, SECONDS, TOKENS, USD, Number, OutputFile, count
+from .options import PRICE, SECONDS, TOKENS, USD, JsonObject, Number, OutputFile, count
 from .stores import store_option
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "TreeOptions",
     "api_key_option",
     "json_option",
+    "provider_option",
     "reporting_options",
     "tokens_option",
     "tree_options",
@@ -68,14 +70,31 @@ def bundled(keyword: str, cls: type[T], options: Sequence[Decorator]) -> Decorat
 
 
 def api_key_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--api-key`` (never saved; ``$OPENAI_API_KEY`` by default)."""
+    """``--api-key`` (never saved; by default the provider's own variable, so that
+    one vendor's key never goes to another)."""
     return click.option(
         "--api-key",
-        envvar="OPENAI_API_KEY",
         default="",
-        show_envvar=True,
         metavar="KEY",
-        help="Bearer key for the endpoint; never saved with the run.",
+        help="Key for the endpoint; never saved with the run. [default: $OPENAI_API_KEY, "
+        "or $ANTHROPIC_API_KEY with --provider anthropic]",
+    )(fn)
+
+
+WIRES = ("chat", "anthropic")
+"""The wire formats a run's model calls may speak (``--provider``)."""
+
+
+def provider_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--provider``: the wire format of the tree's model calls."""
+    return click.option(
+        "--provider",
+        "wire",
+        type=click.Choice(WIRES),
+        default="chat",
+        show_default=True,
+        help="The API the model calls speak: OpenAI's Chat Completions (chat; any "
+        "compatible server) or Anthropic's Messages (anthropic).",
     )(fn)
 
 
@@ -235,6 +254,68 @@ reporting_options = bundled(
 
 
 @attrs.frozen(kw_only=True)
+class Sampling:
+    """How the tree's agents sample their replies (``--temperature`` and the rest)."""
+
+    temperature: float | None
+    top_p: float | None
+    seed: int | None
+    stop: tuple[str, ...]
+    parallel_tool_calls: bool | None
+    extra_body: dict[str, Any] | None
+
+    def settings(self) -> ModelSettings:
+        """These options as model settings (unset ones: the server's defaults).
+
+        Raises:
+            ConfigError: a value out of range (see :class:`~orchestra.ModelSettings`).
+        """
+        return ModelSettings(**attrs.asdict(self))
+
+
+sampling_options = bundled(
+    "sampling",
+    Sampling,
+    [
+        click.option(
+            "--temperature",
+            type=float,
+            default=None,
+            metavar="T",
+            help="Sampling temperature, 0 to 2 [default: the server's].",
+        ),
+        click.option(
+            "--top-p",
+            type=float,
+            default=None,
+            metavar="P",
+            help="Nucleus sampling: the probability mass kept, above 0 up to 1.",
+        ),
+        click.option(
+            "--seed", type=int, default=None, help="Ask for repeatable sampling (if served)."
+        ),
+        click.option(
+            "--stop",
+            multiple=True,
+            metavar="TEXT",
+            help="A sequence that ends a reply (repeatable, at most 4).",
+        ),
+        click.option(
+            "--parallel-tool-calls/--no-parallel-tool-calls",
+            default=None,
+            help="Whether one reply may make several tool calls [default: the server's].",
+        ),
+        click.option(
+            "--extra-body",
+            type=JsonObject(),
+            default=None,
+            help='More request-body fields, as the server names them: \'{"user": "me"}\'.',
+        ),
+    ],
+)
+
+
+@attrs.frozen(kw_only=True)
 class TreeOptions:
     """How a new tree is limited, priced and equipped (``demo`` and ``run`` alike)."""
 
@@ -247,6 +328,7 @@ class TreeOptions:
     max_descendants: int | None
     max_concurrent_children: int | None
     money: Money
+    sampling: Sampling
     dedupe: bool
     mcp_commands: tuple[str, ...]
     mcp_urls: tuple[str, ...]
@@ -262,6 +344,7 @@ tree_options = bundled(
     TreeOptions,
     [
         money_options,
+        sampling_options,
         max_budget_option(
             "USD for the whole tree (priced by --price-in/--price-out, else the model's "
             "known price)."
@@ -274,7 +357,7 @@ tree_options = bundled(
             default=128,
             show_default=True,
             metavar="TOKENS",
-            help="Reporting tokens each run keeps for a final answer: at a limit (budget, "
+            help="Output tokens each run keeps for a final answer: at a limit (budget, "
             "last turn, deadline) it answers from what it has, marked partial. 0: off.",
         ),
         *shape_options,

@@ -13,6 +13,7 @@ from .common import (
     Reporting,
     TreeOptions,
     continue_option,
+    provider_option,
     reporting_options,
     tree_options,
 )
@@ -134,6 +135,7 @@ def _sandbox(directory: str | None) -> Path:
     metavar="TEXT",
     help="With --continue: the next user message [default: a follow-up question].",
 )
+@provider_option
 @tree_options
 @reporting_options
 @continue_option
@@ -148,6 +150,7 @@ def demo(
     cancel_after: float | None,
     directory: str | None,
     message: str | None,
+    wire: str,
     tree: TreeOptions,
     reporting: Reporting,
     continue_from: str | None,
@@ -172,6 +175,7 @@ def demo(
         fatal_errors=fatal_errors,
         child_budget=child_budget,
         child_turns=child_turns,
+        wire=wire,
     )
     if max_turns is None:
         slow_tree = parse_scenario(scenario)[0] == "slow_tree"

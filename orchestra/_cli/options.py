@@ -11,6 +11,7 @@ This module is imported by ``orchestra --help``: it imports nothing heavy.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
@@ -148,3 +149,23 @@ TURNS: Final = count(MAX_TURNS)
 """A number of model calls."""
 TOKENS: Final = count(MAX_TOKENS)
 """A number of tokens."""
+
+
+class JsonObject(click.ParamType[dict[str, Any], Any]):
+    """A JSON object given on the command line: ``'{"user": "me"}'``."""
+
+    name = "json"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "JSON"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, dict):
+            return value
+        try:
+            parsed = json.loads(value)
+        except ValueError as exc:
+            self.fail(f"not JSON: {exc}.", param, ctx)
+        if not isinstance(parsed, dict):
+            self.fail(f"a JSON object is needed, got {type(parsed).__name__}.", param, ctx)
+        return parsed

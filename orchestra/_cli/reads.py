@@ -60,8 +60,11 @@ def show(run_id: str, store_path: str | None, as_json: bool) -> None:
 
     store, state = loaded(store_path, run_id)
     result = tree_result(store.tree(state.root_id), state.run_id)
-    directory = Recipe.of(state).directory if state.metadata else None
-    out = report(result, store, None, directory)
+    recipe = Recipe.of(state) if state.metadata else None
+    if recipe is None:
+        out = report(result, store, None, None)
+    else:
+        out = report(result, store, None, recipe.directory, recipe.base_url)
     if as_json:
         click.echo(json.dumps(out, sort_keys=True))
         return

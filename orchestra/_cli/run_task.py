@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
+from .._exceptions import ConfigError
 from .._recipes.recipe import RUN_INSTRUCTIONS, RUN_MAX_TOKENS, RUN_TIMEOUT_S
 from .common import (
     Reporting,
     TreeOptions,
     api_key_option,
     continue_option,
+    provider_option,
     reporting_options,
     tree_options,
 )
@@ -27,9 +30,10 @@ __all__ = ["run_command"]
     "--base-url",
     envvar=["OPENAI_BASE_URL", "LLM_BASE_URL"],
     show_envvar=True,
-    required=True,
+    default=None,
     metavar="URL",
-    help="The OpenAI-compatible endpoint, e.g. http://localhost:8080/v1.",
+    help="The OpenAI-compatible endpoint, e.g. http://localhost:8080/v1 "
+    "[default: OpenAI's API when an OpenAI key is given].",
 )
 @api_key_option
 @click.option("--model", required=True, metavar="NAME", help="The model name the endpoint expects.")
@@ -100,12 +104,13 @@ __all__ = ["run_command"]
     help="Keep retrying an endpoint that refuses connections for this long (a server "
     "still starting); by default a refused connection fails the run at once.",
 )
+@provider_option
 @tree_options
 @reporting_options
 @continue_option
 def run_command(
     task: str,
-    base_url: str,
+    base_url: str | None,
     api_key: str,
     model: str,
     instructions: str | None,
@@ -118,13 +123,15 @@ def run_command(
     request_timeout: float,
     max_tokens: int,
     wait_for_server_s: float,
+    wire: str,
     tree: TreeOptions,
     reporting: Reporting,
     continue_from: str | None,
 ) -> None:
     """Run TASK with the file catalog against any OpenAI-compatible endpoint.
 
-    The endpoint and key may come from $OPENAI_BASE_URL and $OPENAI_API_KEY.
+    The endpoint and key may come from $OPENAI_BASE_URL and $OPENAI_API_KEY;
+    with a key and no endpoint, the run goes to OpenAI's API.
     The tools see only the sandbox directory (--dir, the current one by
     default); they read only, unless --tools offers delete_file. Everything
     but the key is saved with the run, so `orchestra resume` rebuilds the same
@@ -138,7 +145,8 @@ def run_command(
         tree,
         reporting,
         directory=str(Path(directory).resolve()),
-        base_url=base_url,
+        base_url=_endpoint(base_url, api_key, wire),
+        wire=wire,
         model=model,
         instructions=RUN_INSTRUCTIONS if instructions is None else instructions,
         tools=tools,
@@ -152,3 +160,31 @@ def run_command(
     click.echo(f"sandbox: {recipe.directory} (tools: {', '.join(tools)})", err=True)
     session, spans = start.session(recipe, reporting, api_key=api_key)
     start.start(session, start.limits(max_turns, tree), task, reporting, spans, continue_from)
+
+
+def _endpoint(base_url: str | None, api_key: str, wire: str = "chat") -> str:
+    """``--base-url``, else the vendor's API if a key for it was given or set
+    (saved with the run, so a resume goes to the same place).
+
+    Raises:
+        ConfigError: neither an endpoint nor a key.
+    """
+    from .._model.anthropic import ANTHROPIC_URL
+    from .._model.provider import OPENAI_URL
+
+    if base_url:
+        return base_url
+    if wire == "anthropic":
+        url = os.environ.get("ANTHROPIC_BASE_URL")
+        if url or api_key or os.environ.get("ANTHROPIC_API_KEY"):
+            return url or ANTHROPIC_URL
+        raise ConfigError(
+            "say where the model is: --base-url URL (or $ANTHROPIC_BASE_URL), or an Anthropic "
+            "key (--api-key, $ANTHROPIC_API_KEY) for Anthropic's API"
+        )
+    if api_key or os.environ.get("OPENAI_API_KEY"):
+        return OPENAI_URL
+    raise ConfigError(
+        "say where the model is: --base-url URL (or $OPENAI_BASE_URL), or an OpenAI key "
+        "(--api-key, $OPENAI_API_KEY) for OpenAI's API"
+    )

@@ -62,6 +62,7 @@ def recipe(tree: TreeOptions, reporting: Reporting, **fields: Any) -> Recipe:
         "dedupe": tree.dedupe,
         "mcp": tree.mcp,
         "provider_name": reporting.provider_name,
+        "settings": tree.sampling.settings().saved(),
         **attrs.asdict(tree.money),
     }
     return Recipe(**shared, **fields)
@@ -175,7 +176,8 @@ def finish(
     """Print the tree's report (and send its last spans), then exit with its status."""
     from .._views.report import report
 
-    out = report(result, session.store, elapsed, session.recipe.directory)
+    recipe = session.recipe
+    out = report(result, session.store, elapsed, recipe.directory, recipe.base_url)
     if reporting.json_events:
         click.echo(json.dumps({"type": "report", **out}, sort_keys=True))
     elif reporting.as_json:

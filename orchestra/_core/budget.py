@@ -98,7 +98,7 @@ def reserve(
     """
     price = run.runner.pricing.price_of(run.state.model)
     prompt = margin.apply(prompt_tokens, messages)
-    wanted = run.agent.max_tokens if wanted is None else wanted
+    wanted = run.reply_cap if wanted is None else wanted
     max_tokens = wanted
     for cap in (_usd_cap(run, price, prompt, keep[0]), _token_cap(run, prompt, keep[1])):
         if isinstance(cap, Exit):

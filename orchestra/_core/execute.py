@@ -26,6 +26,7 @@ from .._agent import Agent
 from .._conversation import continued_messages, refuse_to_continue
 from .._exceptions import ConfigError, RunNotFound, StateError
 from .._result import RunResult, stop_sentence
+from .._settings import ModelSettings
 from .._state import Interruption, InterruptionKind, LimitRaise, Limits, RunState, Status, Usage
 from .._storable import problem
 from .fair import fair_carve, give_back
@@ -61,8 +62,10 @@ def new_state(
     call_id: str | None = None,
     run_id: str | None = None,
     metadata: dict[str, str] | None = None,
+    settings: ModelSettings | None = None,
 ) -> RunState:
-    """The state of a run that has not started yet.
+    """The state of a run that has not started yet (``settings``: the run's own,
+    over its agent's).
 
     Raises:
         ConfigError: ``task`` is empty or not valid Unicode (a lone surrogate).
@@ -83,7 +86,13 @@ def new_state(
         limits=limits,
         messages=[*system, {"role": "user", "content": task}],
         metadata=dict(metadata or {}),
+        settings=_kept(agent.settings if settings is None else settings.over(agent.settings)),
     )
+
+
+def _kept(settings: ModelSettings) -> ModelSettings | None:
+    """What a state keeps of ``settings``: None if nothing is set."""
+    return None if settings.empty else settings
 
 
 def reopen(run: LiveRun, limits: Limits | None, note: str) -> None:
@@ -146,6 +155,7 @@ def continued_state(
     limits: Limits,
     run_id: str | None = None,
     metadata: dict[str, str] | None = None,
+    settings: ModelSettings | None = None,
 ) -> RunState:
     """The state of a new root run continuing ``earlier`` with ``message`` (see
     :mod:`orchestra._conversation`); the earlier run's metadata unless given.
@@ -154,7 +164,9 @@ def continued_state(
         StateError: ``earlier`` cannot be continued by ``agent``.
     """
     refuse_to_continue(earlier, agent.name)
-    state = new_state(agent, message, limits, run_id=run_id, metadata=metadata or earlier.metadata)
+    state = new_state(
+        agent, message, limits, None, None, run_id, metadata or earlier.metadata, settings
+    )
     state.messages = continued_messages(earlier, message)
     state.continues, state.conversation_id = earlier.run_id, earlier.conversation
     return state
@@ -404,6 +416,11 @@ def _warn_about_price(run: LiveRun) -> None:
 
 
 def _internal_error(exc: Exception) -> Exit:
+    """The exit of a run an exception stopped: a configuration met only while
+    running (an agent's output the provider cannot ask for) in its own words,
+    anything else as an internal error with its traceback."""
+    if isinstance(exc, ConfigError):
+        return Exit(status=Status.FAILED, reason=str(exc))
     return Exit(
         status=Status.FAILED,
         reason=f"internal error: {exc!r}",

@@ -89,7 +89,7 @@ def answer_reserve(parent: LiveRun, children: int) -> tuple[int, int]:
     counted = parent.counter.count(messages, parent.agent.tool_specs())
     margin = parent.runner.pricing.margin_for(parent.state.model).widened(KEEP_MARGIN)
     prompt = margin.apply(counted + GROWTH_TOKENS * children, len(messages) + children)
-    output = min(answer, parent.agent.max_tokens)
+    output = min(answer, parent.reply_cap)
     pico = parent.runner.pricing.price_of(parent.state.model).reserved(prompt, output)
     return pico, prompt + output
 

@@ -18,7 +18,8 @@ import trio
 
 from .._exceptions import ProviderError, ProviderReplyError
 from .._model.margin import Margin
-from .._model.provider import MAX_REPLY_TOKENS, ChatReply, ChatRequest, fresh_id
+from .._model.provider import ChatRequest
+from .._model.reply import MAX_REPLY_TOKENS, ChatReply, fresh_id
 from .._model.retry import complete_with_retries
 from .._money import to_usd
 from .._output import correction, is_correction
@@ -92,6 +93,7 @@ async def model_step(run: LiveRun) -> None:
         tools=run.agent.tool_specs(),
         tool_choice=_tool_choice(run),
         response_format=None if output is None else output.response_format(),
+        settings=run.state.settings,
     )
     prompt_tokens = run.counter.count(request.messages, request.declarations())
     gate = await _decided(run, partial(_gate, run, prompt_tokens, len(request.messages), margin))
@@ -122,9 +124,11 @@ async def _final_step(run: LiveRun, wind: wind_down.WindDown, margin: Margin) ->
         wind_down.hand_back(run, stop)
         return
     wind_down.begin(run, wind)
-    request = ChatRequest(model=run.state.model, messages=run.state.messages)
+    request = ChatRequest(
+        model=run.state.model, messages=run.state.messages, settings=run.state.settings
+    )
     prompt_tokens = run.counter.count(request.messages, request.tools)
-    wanted = min(run.agent.max_tokens, run.state.limits.wind_down_tokens or 1)
+    wanted = min(run.reply_cap, run.state.limits.wind_down_tokens or 1)
     decide = partial(reserve, run, prompt_tokens, len(request.messages), margin, wanted)
     gate = await _decided(run, decide)
     if isinstance(gate, Exit):  # not even the final call can be paid
@@ -180,7 +184,7 @@ def _gate(
     """The turn limit, then the reservation of the call's worst case (a reply that
     must be a tool call is held to :data:`LOOK_MAX_TOKENS`), or the run's end if
     it winds down."""
-    wanted = run.agent.max_tokens
+    wanted = run.reply_cap
     if must_look(run.agent.look_first, run.state.messages):
         wanted = min(wanted, LOOK_MAX_TOKENS)
     stop = check_turns(run)

@@ -22,6 +22,7 @@ from .._exceptions import LeaseLost
 from .._model.tokens import MessageCounter
 from .._money import to_usd
 from .._redact import redact
+from .._settings import ModelSettings
 from .._state import Interruption, Limits, RunState, Status, Usage
 
 if TYPE_CHECKING:
@@ -44,6 +45,9 @@ __all__ = [
     "LiveRun",
     "Pricer",
 ]
+
+_DEFAULTS = ModelSettings()
+"""The settings of a run that saved none: the server's defaults."""
 
 
 _T = TypeVar("_T")
@@ -269,6 +273,17 @@ class LiveRun:
     def lineage(self) -> tuple[LiveRun, ...]:
         """This run, then its parent, up to the root."""
         return self._lineage
+
+    @property
+    def settings(self) -> ModelSettings:
+        """How this run asks its model (saved with it: see :attr:`RunState.settings`)."""
+        return self.state.settings or _DEFAULTS
+
+    @property
+    def reply_cap(self) -> int:
+        """The most tokens a reply may use before the budget gate lowers it: the
+        run's ``settings.max_tokens`` if set, else its agent's ``max_tokens``."""
+        return self.settings.max_tokens or self.agent.max_tokens
 
     def subtree(self) -> Iterator[LiveRun]:
         """This run and every live descendant."""

@@ -27,9 +27,9 @@ import functools
 import json
 import os
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from urllib.parse import urlsplit
 
 import attrs
@@ -42,9 +42,10 @@ from .._exceptions import (
     ProviderReplyError,
     ProviderUnreachable,
 )
-from .._redact import excerpt, redact, register
-from .._storable import loads
+from .._redact import redact, register
+from .._settings import ModelSettings
 from .recover import cut_call, declared_names, recover_tool_calls
+from .reply import Body, ChatReply, error_text, fresh_id, parse_reply, reply_of
 from .sse import ServerEvent
 from .stream import Assembly, Listener, Reading, is_event_stream
 from .tokens import declarations
@@ -55,17 +56,16 @@ if TYPE_CHECKING:  # imported by the client that uses it: `orchestra show` needs
 __all__ = [
     "ChatReply",
     "ChatRequest",
+    "HTTPProvider",
     "OpenAIProvider",
     "Provider",
+    "default_base_url",
     "fresh_id",
     "provider_name_for",
 ]
 
 DEFAULT_MAX_CONNECTIONS = 64
 """Requests one :class:`OpenAIProvider` has in flight at once (the others queue)."""
-
-MAX_REPLY_TOKENS = 10_000_000
-"""The most prompt or completion tokens one reply may report."""
 
 
 @attrs.frozen(kw_only=True)
@@ -80,6 +80,9 @@ class ChatRequest:
     """``"required"``, ``"auto"`` or ``"none"`` (sent only with tools); None: not sent."""
     response_format: Mapping[str, Any] | None = None
     """The answer's required shape (``{"type": "json_schema", ...}``); None: not sent."""
+    settings: ModelSettings | None = None
+    """How the model samples the reply (``max_tokens`` apart: the field above is the
+    cap sent); None: the server's defaults."""
     listener: Listener | None = attrs.field(default=None, eq=False, repr=False)
     """Told each piece of a streamed reply as it arrives (see :mod:`.stream`)."""
 
@@ -98,7 +101,23 @@ class ChatRequest:
             body[cap] = self.max_tokens
         if self.response_format is not None:
             body["response_format"] = dict(self.response_format)
+        if self.settings is not None:
+            body.update(self._sampling())
         return body
+
+    def _sampling(self) -> dict[str, Any]:
+        """The settings as Chat Completions names them, ``extra_body`` last (it
+        cannot name a field set above: see :data:`~orchestra._settings.RESERVED_BODY_FIELDS`)."""
+        s = self.settings
+        assert s is not None
+        fields: dict[str, Any] = {
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "seed": s.seed,
+            "parallel_tool_calls": s.parallel_tool_calls if self.tools else None,
+            "stop": list(s.stop) or None,
+        }
+        return {**{k: v for k, v in fields.items() if v is not None}, **s.extra_body}
 
     def declarations(self) -> list[Mapping[str, Any]]:
         """What the prompt declares besides its messages, as counted: the tools,
@@ -149,37 +168,6 @@ def _is_json(text: str) -> bool:
     return True
 
 
-@attrs.frozen(kw_only=True)
-class ChatReply:
-    """The assistant message of a reply, why it ended, and what it cost in tokens."""
-
-    message: dict[str, Any]
-    finish_reason: str
-    prompt_tokens: int
-    completion_tokens: int
-    usage_reported: bool = True
-    """False when the server sent no usage: the counts are 0 and the caller estimates."""
-    cached_tokens: int = 0
-    """Of ``prompt_tokens``, those read from the provider's cache
-    (``usage.prompt_tokens_details.cached_tokens``)."""
-    reasoning_tokens: int = 0
-    """Of ``completion_tokens``, those spent reasoning
-    (``usage.completion_tokens_details.reasoning_tokens``)."""
-    streamed: bool = False
-    """Whether the reply came as a stream of events."""
-    time_to_first_chunk_s: float | None = None
-    """For a streamed reply: seconds from sending the request to its first event."""
-    model: str | None = None
-    """The model that answered, as the server names it (``model`` of the body), if given."""
-    id: str | None = None
-    """The server's id of this completion (``id`` of the body), if given."""
-
-    @property
-    def tool_calls(self) -> list[dict[str, Any]]:
-        """The tool calls the model asked for (possibly none)."""
-        return list(self.message.get("tool_calls") or [])
-
-
 class Provider(Protocol):
     """Anything that can answer a chat request."""
 
@@ -205,12 +193,24 @@ def name_of(provider: object) -> str | None:
 
 async def release(provider: object) -> None:
     """Close the connections ``provider`` pooled in the trio run that ends, if it pools any."""
-    if isinstance(provider, OpenAIProvider):
+    if isinstance(provider, HTTPProvider):
         await provider.release_connections()
+
+
+OPENAI_URL = "https://api.openai.com/v1"
+"""Where a provider given an OpenAI key and no endpoint goes (the official client's default)."""
 
 
 def _env_base_url() -> str | None:
     return os.environ.get("OPENAI_BASE_URL") or os.environ.get("LLM_BASE_URL")
+
+
+def default_base_url(api_key: str | None = None) -> str | None:
+    """The endpoint when none is given: ``$OPENAI_BASE_URL`` (or ``$LLM_BASE_URL``),
+    else OpenAI's API if an OpenAI key is given or set (``$OPENAI_API_KEY``);
+    None: nowhere to go."""
+    key = os.environ.get("OPENAI_API_KEY", "") if api_key is None else api_key
+    return _env_base_url() or (OPENAI_URL if key else None)
 
 
 _KNOWN_HOSTS = {  # host suffix -> gen_ai.provider.name (the conventions' well-known values)
@@ -242,7 +242,184 @@ def provider_name_for(base_url: str) -> str:
     return host or "unknown"
 
 
-class OpenAIProvider:
+class HTTPProvider:
+    """What every provider over HTTP shares, whatever its wire format: the
+    connection pools and admission (:class:`~orchestra._model.http.Endpoint`),
+    streaming into an :class:`~orchestra._model.stream.Assembly`, and httpx's
+    failures mapped to :class:`ProviderError` with no secret in any message.
+
+    A wire format implements :meth:`_feed` (one event of a stream) and
+    :meth:`_parsed` (a whole JSON reply); :meth:`_exchange` sends a body to
+    its path and returns the :class:`ChatReply`.
+
+    Cancellation: :meth:`_exchange` is a checkpoint; a cancel aborts the HTTP
+    request in flight (its connection is closed).
+    """
+
+    END_OF_STREAM: ClassVar[str] = "its end"
+    """How the wire format's last event is named in errors (a stream cut before it)."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        key: str,
+        headers: Mapping[str, str],
+        timeout: float,
+        transport: httpx.AsyncBaseTransport | None,
+        max_connections: int,
+        provider_name: str,
+        stream: bool,
+    ) -> None:
+        register(key)
+        self._key = key
+        self._answered = False
+        self._streams = stream
+        self.provider_name = provider_name
+        self.base_url = base_url.rstrip("/")
+        if not (isinstance(max_connections, int) and max_connections >= 1):
+            raise ConfigError(
+                f"max_connections must be a whole number >= 1, got {max_connections!r}"
+            )
+        from .http import Endpoint
+
+        self._endpoint = Endpoint(
+            base_url=self.base_url,
+            headers=dict(headers),
+            timeout=timeout,
+            max_connections=max_connections,
+            transport=transport,
+        )
+
+    async def complete(self, request: ChatRequest) -> ChatReply:
+        """Ask the model (see :class:`Provider`): the wire format's request, sent by
+        :meth:`_exchange`."""
+        raise NotImplementedError
+
+    def _feed(self, assembly: Assembly, event: ServerEvent) -> Reading:
+        """One event of a streamed reply into ``assembly``; what to read next.
+
+        Raises:
+            ProviderReplyError: an event this wire format does not send.
+            ProviderHTTPError: the server said it failed, mid-stream.
+        """
+        raise NotImplementedError
+
+    def _parsed(self, response: Body) -> ChatReply:
+        """The reply in a whole (not streamed) 2xx response.
+
+        Raises:
+            ProviderReplyError: a body that is not this wire format's reply.
+        """
+        raise NotImplementedError
+
+    async def _exchange(
+        self, request: ChatRequest, path: str, body: Mapping[str, Any]
+    ) -> ChatReply:
+        """POST ``body`` to ``path`` (streamed if this provider streams) and read the reply.
+
+        Raises:
+            ProviderUnreachable: no connection could be made.
+            ProviderHTTPError: another transport failure or a non-2xx status.
+            ProviderReplyError: a 2xx body that is not a reply.
+            No message holds a secret (see the module docstring).
+        """
+        import httpx
+
+        assembly = Assembly(
+            limit=request.max_tokens, listener=request.listener, sent_at=trio.current_time()
+        )
+        content = orjson.dumps(body)
+        try:
+            if self._streams:
+                reader = functools.partial(self._fed, assembly)
+                response = await self._endpoint.stream(path, content, reader)
+            else:
+                response = await self._endpoint.post(path, content)
+        except httpx.ConnectError as exc:
+            raise self._unreachable(exc) from exc
+        except httpx.HTTPError as exc:
+            raise ProviderHTTPError(
+                self._scrub(f"request to {self.base_url} failed: {exc!r}")
+            ) from exc
+        self._answered = True
+        # The status first: an error sent as an event stream is the server's error,
+        # its status deciding the retry, not a stream that ended before its end.
+        if response.status_code >= 400:
+            raise ProviderHTTPError(
+                self._scrub(
+                    f"{self.base_url} answered {response.status_code}: {error_text(response)}"
+                ),
+                status_code=response.status_code,
+                retry_after=retry_after(response.headers.get("retry-after")),
+            )
+        if is_event_stream(response.headers):
+            return self._streamed(assembly)
+        try:
+            return self._parsed(response)
+        except ProviderReplyError as exc:
+            raise ProviderReplyError(self._scrub(str(exc))) from None
+
+    def _fed(self, assembly: Assembly, event: ServerEvent) -> Reading:
+        """One event of a streamed reply (see :meth:`_feed`), its first noted, its
+        errors scrubbed."""
+        self._answered = True
+        if assembly.first_at is None:
+            assembly.first_at = trio.current_time()
+        try:
+            return self._feed(assembly, event)
+        except ProviderReplyError as exc:
+            raise ProviderReplyError(self._scrub(str(exc))) from None
+        except ProviderHTTPError as exc:
+            raise ProviderHTTPError(self._scrub(str(exc)), status_code=exc.status_code) from None
+
+    def _streamed(self, assembly: Assembly) -> ChatReply:
+        """The reply a stream delivered; a stream that ended before its last event
+        (and before its cap) failed in transport."""
+        if not (assembly.done or assembly.over):
+            raise ProviderHTTPError(
+                self._scrub(f"{self.base_url} ended the stream before {self.END_OF_STREAM}")
+            )
+        body = assembly.body()
+        try:
+            reply = reply_of(body)
+        except ProviderReplyError as exc:
+            raise ProviderReplyError(self._scrub(str(exc))) from None
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise ProviderReplyError(self._scrub(f"not a chat completion ({exc!r})")) from exc
+        first = assembly.first_at - assembly.sent_at if assembly.first_at is not None else None
+        return attrs.evolve(reply, streamed=True, time_to_first_chunk_s=first)
+
+    def _unreachable(self, exc: Exception) -> ProviderUnreachable:
+        """The error for a connection that could not be made, in words."""
+        why = _connect_failure(exc)
+        if self._answered:
+            return ProviderUnreachable(
+                self._scrub(f"cannot connect to {self.base_url}: {why}"), never_answered=False
+            )
+        return ProviderUnreachable(
+            self._scrub(
+                f"cannot connect to {self.base_url}: {why} (nothing has answered there: "
+                "is the URL right and the server started?)"
+            ),
+            never_answered=True,
+        )
+
+    def _scrub(self, text: str) -> str:
+        """``text`` without this provider's key or anything shaped like a credential."""
+        return redact(text, self._key)
+
+    async def aclose(self) -> None:
+        """Close the connection pools."""
+        await self._endpoint.aclose()
+
+    async def release_connections(self) -> None:
+        """Close the pooled connections of the trio run that ends (the provider is
+        used again from another trio run: ``Runner.run_sync``, ``orchestra.aio``)."""
+        await self._endpoint.release()
+
+
+class OpenAIProvider(HTTPProvider):
     """A client for any OpenAI-compatible chat-completions endpoint.
 
     ``base_url`` and ``api_key`` default to ``OPENAI_BASE_URL`` (or
@@ -272,6 +449,8 @@ class OpenAIProvider:
     at its cap (``max_tokens``, by our count), and its stream is closed there.
     """
 
+    END_OF_STREAM: ClassVar[str] = "[DONE]"
+
     def __init__(
         self,
         *,
@@ -285,36 +464,29 @@ class OpenAIProvider:
         cap_field: str | None = None,
         stream: bool = True,
     ) -> None:
-        url = base_url or _env_base_url()
+        url = base_url or default_base_url(api_key)
         if not url:
-            raise ConfigError("no base URL: pass base_url= or set OPENAI_BASE_URL")
-        self.provider_name = provider_name or provider_name_for(url)
+            raise ConfigError(
+                "no endpoint: pass base_url= (or set OPENAI_BASE_URL), or set OPENAI_API_KEY "
+                "for OpenAI's API"
+            )
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        register(key)
-        self._key = key
-        self._recover = recover_tool_calls
-        self._answered = False
         if cap_field not in (None, *CAP_FIELDS):
             raise ConfigError(f"cap_field must be one of {CAP_FIELDS}, got {cap_field!r}")
+        super().__init__(
+            base_url=url,
+            key=key,
+            headers={"Authorization": f"Bearer {key}"} if key else {},
+            timeout=timeout,
+            transport=transport,
+            max_connections=max_connections,
+            provider_name=provider_name or provider_name_for(url),
+            stream=stream,
+        )
+        self._recover = recover_tool_calls
         self._cap_field = cap_field
         self._completion_cap: set[str] = set()
-        self._streams = stream
         """Models that refused ``max_tokens`` for ``max_completion_tokens``."""
-        self.base_url = url.rstrip("/")
-        if not (isinstance(max_connections, int) and max_connections >= 1):
-            raise ConfigError(
-                f"max_connections must be a whole number >= 1, got {max_connections!r}"
-            )
-        from .http import Endpoint
-
-        self._endpoint = Endpoint(
-            base_url=self.base_url,
-            headers=headers,
-            timeout=timeout,
-            max_connections=max_connections,
-            transport=transport,
-        )
 
     def cap_field(self, model: str) -> str:
         """The request field that caps ``model``'s reply: ``max_completion_tokens`` for
@@ -346,110 +518,23 @@ class OpenAIProvider:
         return await self._complete(request, "max_completion_tokens")
 
     async def _complete(self, request: ChatRequest, cap: str) -> ChatReply:
-        """POST the request with its cap in field ``cap`` and parse the reply.
-
-        Raises:
-            ProviderUnreachable: no connection could be made.
-            ProviderHTTPError: another transport failure or a non-2xx status.
-            ProviderReplyError: a 2xx body that is not a chat completion.
-            No message holds a secret (see the module docstring).
-        """
-        import httpx
-
-        assembly = Assembly(
-            limit=request.max_tokens, listener=request.listener, sent_at=trio.current_time()
-        )
-        try:
-            if self._streams:
-                response = await self._endpoint.stream(
-                    "/chat/completions",
-                    self._body(request, cap),
-                    functools.partial(self._fed, assembly),
-                )
-            else:
-                response = await self._endpoint.post("/chat/completions", self._body(request, cap))
-        except httpx.ConnectError as exc:
-            raise self._unreachable(exc) from exc
-        except httpx.HTTPError as exc:
-            raise ProviderHTTPError(
-                self._scrub(f"request to {self.base_url} failed: {exc!r}")
-            ) from exc
-        self._answered = True
-        # The status first: an error sent as an event stream is the server's error,
-        # its status deciding the retry, not a stream that ended before [DONE].
-        if response.status_code >= 400:
-            raise ProviderHTTPError(
-                self._scrub(
-                    f"{self.base_url} answered {response.status_code}: {_error_text(response)}"
-                ),
-                status_code=response.status_code,
-                retry_after=retry_after(response.headers.get("retry-after")),
-            )
-        if is_event_stream(response.headers):
-            return self._recovered(self._streamed(assembly), request)
-        try:
-            reply = parse_reply(response)
-        except ProviderReplyError as exc:
-            raise ProviderReplyError(self._scrub(str(exc))) from None
+        """POST the request with its cap in field ``cap`` and read the reply (see
+        :meth:`HTTPProvider._exchange`), a call written in its content recovered."""
+        reply = await self._exchange(request, "/chat/completions", self._body(request, cap))
         return self._recovered(reply, request)
 
-    def _body(self, request: ChatRequest, cap: str) -> bytes:
+    def _body(self, request: ChatRequest, cap: str) -> dict[str, Any]:
         payload = request.payload(cap)
         if self._streams:
             payload["stream"] = True
             payload["stream_options"] = {"include_usage": True}
-        return orjson.dumps(payload)
+        return payload
 
-    def _fed(self, assembly: Assembly, event: ServerEvent) -> Reading:
-        """One event of a streamed reply; what to do next (read on, whole, cut).
+    def _feed(self, assembly: Assembly, event: ServerEvent) -> Reading:
+        return assembly.take(event)
 
-        Raises:
-            ProviderReplyError: a message that is not a chat-completion chunk.
-            ProviderHTTPError: the server said it failed, mid-stream.
-        """
-        self._answered = True
-        if assembly.first_at is None:
-            assembly.first_at = trio.current_time()
-        try:
-            return assembly.take(event)
-        except ProviderReplyError as exc:
-            raise ProviderReplyError(self._scrub(str(exc))) from None
-        except ProviderHTTPError as exc:
-            raise ProviderHTTPError(self._scrub(str(exc)), status_code=exc.status_code) from None
-
-    def _streamed(self, assembly: Assembly) -> ChatReply:
-        """The reply a stream delivered; a stream that ended before ``[DONE]`` (and
-        before its cap) failed in transport."""
-        if not (assembly.done or assembly.over):
-            raise ProviderHTTPError(self._scrub(f"{self.base_url} ended the stream before [DONE]"))
-        body = assembly.body()
-        try:
-            reply = reply_of(body)
-        except ProviderReplyError as exc:
-            raise ProviderReplyError(self._scrub(str(exc))) from None
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise ProviderReplyError(self._scrub(f"not a chat completion ({exc!r})")) from exc
-        first = assembly.first_at - assembly.sent_at if assembly.first_at is not None else None
-        return attrs.evolve(reply, streamed=True, time_to_first_chunk_s=first)
-
-    def _unreachable(self, exc: Exception) -> ProviderUnreachable:
-        """The error for a connection that could not be made, in words."""
-        why = _connect_failure(exc)
-        if self._answered:
-            return ProviderUnreachable(
-                self._scrub(f"cannot connect to {self.base_url}: {why}"), never_answered=False
-            )
-        return ProviderUnreachable(
-            self._scrub(
-                f"cannot connect to {self.base_url}: {why} (nothing has answered there: "
-                "is the URL right and the server started?)"
-            ),
-            never_answered=True,
-        )
-
-    def _scrub(self, text: str) -> str:
-        """``text`` without this provider's key or anything shaped like a credential."""
-        return redact(text, self._key)
+    def _parsed(self, response: Body) -> ChatReply:
+        return parse_reply(response)
 
     def _recovered(self, reply: ChatReply, request: ChatRequest) -> ChatReply:
         """``reply`` with a cut call written in its content read as a call; with every
@@ -464,15 +549,6 @@ class OpenAIProvider:
         if message is None:
             return reply
         return attrs.evolve(reply, message=message, finish_reason="tool_calls")
-
-    async def aclose(self) -> None:
-        """Close the connection pools."""
-        await self._endpoint.aclose()
-
-    async def release_connections(self) -> None:
-        """Close the pooled connections of the trio run that ends (the provider is
-        used again from another trio run: ``Runner.run_sync``, ``orchestra.aio``)."""
-        await self._endpoint.release()
 
 
 MAX_RETRY_AFTER = 24 * 3600.0
@@ -528,176 +604,3 @@ def _until(http_date: str, now: datetime | None) -> float:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return (when - (now or datetime.now(UTC))).total_seconds()
-
-
-class Body(Protocol):
-    """A response's body, read (an :class:`~.http.HTTPReply`, an ``httpx.Response``)."""
-
-    @property
-    def content(self) -> bytes: ...
-
-    @property
-    def text(self) -> str: ...
-
-
-def _error_text(response: Body) -> str:
-    try:
-        return str(_decoded(response.content)["error"]["message"])
-    except (ValueError, KeyError, TypeError, RecursionError):
-        return excerpt(response.text, 300)
-
-
-def parse_reply(response: Body) -> ChatReply:
-    """A chat-completions response body as a :class:`ChatReply`.
-
-    Raises:
-        ProviderReplyError: the body is not a chat completion, or its usage is
-            not a whole number of tokens between 0 and ``MAX_REPLY_TOKENS``
-            (a reply with no ``usage`` at all is accepted, ``usage_reported=False``).
-    """
-    try:
-        return reply_of(_decoded(response.content))
-    except RecursionError:
-        raise ProviderReplyError("not a chat completion: the reply is nested too deeply") from None
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise ProviderReplyError(
-            f"not a chat completion ({exc!r}): {excerpt(response.text, 300)}"
-        ) from exc
-
-
-def reply_of(body: Any) -> ChatReply:
-    """A decoded chat-completions body as a :class:`ChatReply`.
-
-    Raises:
-        ProviderReplyError: its usage is implausible (see :func:`parse_reply`).
-        KeyError, IndexError, TypeError, ValueError: it is not a chat completion.
-    """
-    choice = body["choices"][0]
-    usage = body.get("usage")
-    prompt = _token_count(usage, "prompt_tokens")
-    completion = _token_count(usage, "completion_tokens")
-    return ChatReply(
-        message=_clean_message(choice["message"]),
-        finish_reason=str(choice.get("finish_reason") or "stop"),
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        usage_reported=usage is not None,
-        cached_tokens=_detail(usage, "prompt_tokens_details", "cached_tokens", prompt),
-        reasoning_tokens=_detail(
-            usage, "completion_tokens_details", "reasoning_tokens", completion
-        ),
-        model=_label(body.get("model")),
-        id=_label(body.get("id")),
-    )
-
-
-def _decoded(content: bytes) -> Any:
-    """JSON ``content``; :class:`RecursionError` when nested deeper than orjson reads.
-
-    A body whose strings hold a lone surrogate escape (``"\\ud83d"``: half of
-    a UTF-16 pair, which orjson refuses) is decoded by ``json`` instead, each
-    lone surrogate made U+FFFD (see :mod:`orchestra._storable`).
-    """
-    try:
-        return loads(content)
-    except ValueError as exc:
-        if "depth limit" in str(exc) or "nested too deeply" in str(exc):
-            raise RecursionError(str(exc)) from None
-        raise
-
-
-def _token_count(usage: Mapping[str, Any] | None, field: str) -> int:
-    """``usage[field]``, which must be an integer from 0 to ``MAX_REPLY_TOKENS``.
-
-    0 when the reply has no usage at all (some servers omit it): the loop
-    then estimates the call's cost from its reservation.
-    """
-    if usage is None:
-        return 0
-    value = usage[field]
-    if type(value) is not int or not 0 <= value <= MAX_REPLY_TOKENS:
-        raise ProviderReplyError(
-            f"implausible usage.{field} in the reply: {_short_repr(value)} (expected an "
-            f"integer from 0 to {MAX_REPLY_TOKENS:,})"
-        )
-    return value
-
-
-def _detail(usage: Mapping[str, Any] | None, details: str, field: str, total: int) -> int:
-    """``usage[details][field]``, a part of ``total``; 0 when not reported.
-
-    Servers that do not cache or reason send ``null`` or leave it out; a count
-    that is not a whole number within ``total`` is refused like any usage.
-    """
-    found = usage.get(details) if usage is not None else None
-    value = found.get(field) if isinstance(found, Mapping) else None
-    if value is None:
-        return 0
-    if type(value) is not int or not 0 <= value <= total:
-        raise ProviderReplyError(
-            f"implausible usage.{details}.{field} in the reply: {_short_repr(value)} (expected "
-            f"an integer from 0 to {total:,}, its total)"
-        )
-    return value
-
-
-def _label(value: Any) -> str | None:
-    """A short identifying string of the reply (its ``model``, its ``id``), else None:
-    these only label traces, so an odd one is dropped rather than refused."""
-    if not isinstance(value, str) or not value or len(value) > MAX_LABEL:
-        return None
-    return redact(value)
-
-
-MAX_LABEL = 256
-"""The longest ``model`` or ``id`` of a reply that is kept."""
-
-
-def _short_repr(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else f"{text[:77]}..."
-
-
-def _clean_message(message: Mapping[str, Any]) -> dict[str, Any]:
-    if not isinstance(message, Mapping):
-        raise TypeError("message is not an object")
-    clean: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
-    calls = message.get("tool_calls")
-    if calls:
-        clean["tool_calls"] = _unique_ids([_clean_call(c) for c in calls])
-    return clean
-
-
-def _unique_ids(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Give every call of one message its own id (a missing or repeated id would
-    leave a call without a result in the transcript)."""
-    seen: set[str] = set()
-    for i, call in enumerate(calls):
-        if not call["id"] or call["id"] in seen:
-            call["id"] = fresh_id(f"{call['id'] or 'call'}_{i}", seen)
-        seen.add(call["id"])
-    return calls
-
-
-def fresh_id(wanted: str, seen: Collection[Any]) -> str:
-    """``wanted``, or ``wanted`` with a ``_N`` suffix if ``seen`` already has it."""
-    candidate, n = wanted, 1
-    while candidate in seen:
-        candidate, n = f"{wanted}_{n}", n + 1
-    return candidate
-
-
-def _clean_call(call: Mapping[str, Any]) -> dict[str, Any]:
-    fn = call["function"]
-    return {
-        "id": str(call.get("id") or ""),
-        "type": "function",
-        "function": {"name": str(fn["name"]), "arguments": _arguments_text(fn.get("arguments"))},
-    }
-
-
-def _arguments_text(arguments: Any) -> str:
-    """The arguments as a JSON string (some endpoints send an object, not a string)."""
-    if not arguments:
-        return ""
-    return arguments if isinstance(arguments, str) else json.dumps(arguments)

@@ -90,6 +90,8 @@ class Assembly:
     """When the request was sent (trio's clock)."""
     first_at: float | None = None
     """When its first event arrived."""
+    wire: dict[str, Any] = attrs.Factory(dict)
+    """What another wire format keeps between its events (see :meth:`add_chunk`)."""
 
     @property
     def reading(self) -> Reading:
@@ -130,13 +132,19 @@ class Assembly:
             chunk = loads(data)  # lone surrogate escapes too (see orchestra._storable)
             if isinstance(chunk, dict) and "error" in chunk and "choices" not in chunk:
                 raise stream_error(chunk)
-            self._chunk(chunk)
+            self.add_chunk(chunk)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise ProviderReplyError(
                 f"not a chat-completion chunk ({exc!r}): {excerpt(data, 200)}"
             ) from exc
 
-    def _chunk(self, chunk: Mapping[str, Any]) -> None:
+    def add_chunk(self, chunk: Mapping[str, Any]) -> None:
+        """One chat-completion chunk, decoded: the stream's lingua franca (a wire
+        format with events of its own translates them into chunks).
+
+        Raises:
+            ValueError, TypeError, KeyError, AttributeError: not a chunk.
+        """
         self.model = self.model or chunk.get("model")
         self.id = self.id or chunk.get("id")
         if chunk.get("usage") is not None:

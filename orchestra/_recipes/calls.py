@@ -20,7 +20,7 @@ import attrs
 
 if TYPE_CHECKING:  # imported where used: `orchestra --help` needs none of them
     from .._model.margin import Margin
-    from .._model.provider import OpenAIProvider
+    from .._model.provider import HTTPProvider
     from .._model.retry import RetryPolicy
     from .._prices import PriceTable
 
@@ -41,14 +41,20 @@ class ProviderOptions:
     recover_tool_calls: bool = False
     provider_name: str | None = None
     """``gen_ai.provider.name`` on spans; None: the provider's default for its URL."""
+    wire: str = "chat"
+    """The API the calls speak: ``chat`` (OpenAI's Chat Completions) or
+    ``anthropic`` (Anthropic's Messages)."""
 
-    def build(self, *, scripted_url: str | None, api_key: str) -> OpenAIProvider:
+    def build(self, *, scripted_url: str | None, api_key: str) -> HTTPProvider:
         """The provider (the caller closes it). ``scripted_url`` is the embedded
-        scripted server's (used, with its demo key, when :attr:`base_url` is None).
+        scripted server's (used, with its demo key, when :attr:`base_url` is None);
+        with no ``api_key`` the provider reads its own variable
+        (``$OPENAI_API_KEY``, ``$ANTHROPIC_API_KEY``).
 
         Raises:
             ConfigError: no endpoint (no base URL and no scripted server).
         """
+        from .._model.anthropic import AnthropicProvider
         from .._model.provider import OpenAIProvider
 
         url, key = self.base_url, api_key
@@ -60,9 +66,16 @@ class ProviderOptions:
             from .._exceptions import ConfigError
 
             raise ConfigError("no model endpoint: no base URL and no scripted server")
+        if self.wire == "anthropic":
+            return AnthropicProvider(
+                base_url=url,
+                api_key=key or None,
+                timeout=self.timeout,
+                provider_name=self.provider_name,
+            )
         return OpenAIProvider(
             base_url=url,
-            api_key=key,
+            api_key=key or None,
             timeout=self.timeout,
             recover_tool_calls=self.recover_tool_calls,
             provider_name=self.provider_name,

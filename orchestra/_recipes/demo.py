@@ -19,6 +19,7 @@ import attrs
 from .._agent import Agent, ToolPolicy
 from .._exceptions import ConfigError
 from .._scripted.tools import demo_tools
+from .._settings import ModelSettings
 from .._state import Limits
 from .._tools import Tool
 
@@ -65,10 +66,12 @@ TASKS = {
 DEFAULT_TASK = "Look into the logs and tell me what went wrong."
 
 
-def _research_tool(directory: Path, child_limits: Limits, policy: ToolPolicy, depth: int) -> Tool:
+def _research_tool(
+    directory: Path, child_limits: Limits, policy: ToolPolicy, depth: int, settings: ModelSettings
+) -> Tool:
     tools = demo_tools(directory)
     if depth > 1:
-        tools = (*tools, _research_tool(directory, child_limits, policy, depth - 1))
+        tools = (*tools, _research_tool(directory, child_limits, policy, depth - 1, settings))
     researcher = Agent(
         name="researcher",
         model="researcher",
@@ -76,6 +79,7 @@ def _research_tool(directory: Path, child_limits: Limits, policy: ToolPolicy, de
         tools=tools,
         limits=child_limits,
         policy=policy,
+        settings=settings,
     )
     return researcher.as_tool(name="research", description="Research a question with a sub-agent.")
 
@@ -103,6 +107,7 @@ def parse_scenario(name: str) -> tuple[str, tuple[str, ...]]:
 DEFAULT_LIMITS = Limits(max_turns=20)
 DEFAULT_CHILD_LIMITS = Limits(max_turns=8, max_budget_usd=0.05)
 DEFAULT_POLICY = ToolPolicy()
+_DEFAULT_SETTINGS = ModelSettings()
 
 
 def demo_agent(
@@ -112,8 +117,12 @@ def demo_agent(
     limits: Limits = DEFAULT_LIMITS,
     child_limits: Limits = DEFAULT_CHILD_LIMITS,
     policy: ToolPolicy = DEFAULT_POLICY,
+    settings: ModelSettings = _DEFAULT_SETTINGS,
+    output_via: str = "response_format",
 ) -> Agent:
-    """The root agent for ``scenario`` (with any modifiers) over the sandbox ``directory``.
+    """The root agent for ``scenario`` (with any modifiers) over the sandbox ``directory``
+    (``settings``: its agents', the children's included; ``output_via``: how an
+    ``extract`` scenario's output type reaches the model).
 
     Raises:
         ConfigError: ``scenario`` is not a scenario with valid modifiers.
@@ -122,7 +131,7 @@ def demo_agent(
     tools = demo_tools(directory)
     if base in RESEARCH_SCENARIOS:
         depth = DEEP_LEVELS if base == "deep" else 1
-        tools = (*tools, _research_tool(directory, child_limits, policy, depth))
+        tools = (*tools, _research_tool(directory, child_limits, policy, depth, settings))
     return Agent(
         name="assistant",
         model=scenario,
@@ -132,6 +141,8 @@ def demo_agent(
         policy=policy,
         max_tokens=FAN_OUT_MAX_TOKENS if base == "slow_tree" else 1024,
         output_type=Incident if base in EXTRACT_SCENARIOS else None,
+        output_via=output_via,
+        settings=settings,
     )
 
 

@@ -18,7 +18,7 @@ import json
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -29,7 +29,8 @@ from .money import Money
 
 if TYPE_CHECKING:  # imported where used: `orchestra --help` and `show` need none of them
     from .._agent import Agent, ToolPolicy
-    from .._model.provider import OpenAIProvider
+    from .._model.provider import HTTPProvider
+    from .._settings import ModelSettings
     from .._tools import Tool
     from .calls import ModelCalls
 
@@ -96,8 +97,19 @@ class Recipe:
     mcp: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     """MCP servers whose tools the root agent gets (``--mcp`` commands, ``--mcp-url``
     URLs); a resume connects to them again."""
+    settings: dict[str, Any] = attrs.field(factory=dict)
+    """How every agent of the tree samples its replies (``--temperature``, ``--seed``,
+    ...: :meth:`ModelSettings.saved`); empty: the server's defaults."""
+    wire: str = "chat"
+    """The API the tree's model calls speak (``--provider``): ``chat`` or ``anthropic``."""
     faults: bool = True
     """Whether the embedded scripted server plays the scenario's fault modifiers."""
+
+    def model_settings(self) -> ModelSettings:
+        """:attr:`settings` as the agents take them."""
+        from .._settings import ModelSettings
+
+        return ModelSettings(**self.settings)
 
     def money(self) -> Money:
         """Prices and the margin floor (the demo's default prices are the scripted
@@ -114,6 +126,9 @@ class Recipe:
         """The recipe as run metadata (without :attr:`faults`: never saved)."""
         saved = attrs.asdict(self)
         del saved["faults"]
+        for key, default in (("settings", {}), ("wire", "chat")):
+            if saved[key] == default:  # saved only when set: older versions resume the run
+                del saved[key]
         return {_KEY: json.dumps(saved, sort_keys=True)}
 
     @classmethod
@@ -182,6 +197,9 @@ class Recipe:
                 limits=limits,
                 child_limits=child,
                 policy=self.policy(),
+                settings=self.model_settings(),
+                # the Messages API has no response_format: the answer comes by a tool
+                output_via="tool" if self.wire == "anthropic" else "response_format",
             )
         assert self.model is not None
         tools = catalog(self.directory)
@@ -197,6 +215,7 @@ class Recipe:
             max_tokens=self.max_tokens,
             look_first=self.look_first,
             budget_note=self.budget_note,
+            settings=self.model_settings(),
         )
 
     def model_calls(self) -> ModelCalls:
@@ -208,7 +227,9 @@ class Recipe:
 
         if self.scenario is not None:  # the embedded scripted server, wherever it runs
             options = ProviderOptions(
-                timeout=DEMO_TIMEOUT_S, provider_name=self.provider_name or SCRIPTED_PROVIDER
+                timeout=DEMO_TIMEOUT_S,
+                provider_name=self.provider_name or SCRIPTED_PROVIDER,
+                wire=self.wire,
             )
         else:
             options = ProviderOptions(
@@ -216,6 +237,7 @@ class Recipe:
                 timeout=self.request_timeout,
                 recover_tool_calls=self.recover_tool_calls,
                 provider_name=self.provider_name,
+                wire=self.wire,
             )
         return ModelCalls(
             provider=options,
@@ -225,7 +247,7 @@ class Recipe:
         )
 
     @asynccontextmanager
-    async def provider(self, api_key: str = "") -> AsyncIterator[OpenAIProvider]:
+    async def provider(self, api_key: str = "") -> AsyncIterator[HTTPProvider]:
         """A provider for this recipe (the embedded scripted server for a demo,
         started for the block, playing the scenario's faults unless :attr:`faults`
         is off), built by :meth:`ProviderOptions.build`."""

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from .._model.tokens import encoding
 
-__all__ = ["DONE", "TOKENS_PER_CHUNK", "chunks"]
+__all__ = ["DONE", "TOKENS_PER_CHUNK", "chunks", "token_pieces"]
 
 TOKENS_PER_CHUNK: Final = 4
 """About this many tokens of text per content or arguments chunk."""
@@ -39,17 +39,17 @@ def chunks(completion: Mapping[str, Any], *, include_usage: bool) -> list[bytes]
 
 def _deltas(message: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     yield {"role": "assistant", "content": ""}
-    for piece in _pieces(message.get("content") or ""):
+    for piece in token_pieces(message.get("content") or ""):
         yield {"content": piece}
     for index, call in enumerate(message.get("tool_calls") or ()):
         function = call["function"]
         start = {"index": index, "id": call["id"], "type": "function"}
         yield {"tool_calls": [{**start, "function": {"name": function["name"], "arguments": ""}}]}
-        for piece in _pieces(function["arguments"]):
+        for piece in token_pieces(function["arguments"]):
             yield {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
 
 
-def _pieces(text: str) -> Iterator[str]:
+def token_pieces(text: str) -> Iterator[str]:
     """``text`` in pieces of :data:`TOKENS_PER_CHUNK` tokens (whole characters)."""
     tokens = encoding().encode(text, disallowed_special=())
     pending = b""

@@ -14,6 +14,7 @@ import orjson
 
 from .._exceptions import SchemaVersionError, StateError
 from .._redact import redact
+from .._settings import ModelSettings
 from .._state import SCHEMA_VERSION, Limits, RunState
 
 __all__ = ["state_from_dict", "state_from_json", "state_to_dict", "state_to_json"]
@@ -24,13 +25,16 @@ _converter.register_unstructure_hook_func(lambda t: t == list[dict[str, Any]], l
 
 
 _converter.register_unstructure_hook(Limits, Limits.saved)
+_converter.register_unstructure_hook(ModelSettings, ModelSettings.saved)
+_converter.register_structure_hook(ModelSettings, lambda data, _: ModelSettings(**data))
 
 
 def state_to_dict(state: RunState) -> dict[str, Any]:
     """The state as plain JSON-able data (reasons and errors redacted)."""
     data: dict[str, Any] = _converter.unstructure(state)
-    if data.get("winding_down") is None:  # saved only when set: older versions read it
-        data.pop("winding_down", None)
+    for key in ("winding_down", "settings"):  # saved only when set: older versions read it
+        if not data.get(key):
+            data.pop(key, None)
     _redact_fields(data)
     if isinstance(data.get("interruption"), dict):
         _redact_fields(data["interruption"])

@@ -71,6 +71,8 @@ def head_json(state: RunState) -> str:
     if s.winding_down is not None:  # saved only when set, as by state_to_dict
         wind = s.winding_down
         document["winding_down"] = {"status": wind.status.value, "reason": wind.reason}
+    if s.settings is not None and not s.settings.empty:  # the same
+        document["settings"] = s.settings.saved()
     return _text(orjson.dumps(document))
 
 

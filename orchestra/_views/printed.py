@@ -48,7 +48,16 @@ def print_tree(report: dict[str, Any]) -> None:
 def _footer(report: dict[str, Any]) -> Iterator[Text]:
     from rich.text import Text
 
-    from .text import budget_usd, duration, shape_words, status_text, token_details, tokens, usd
+    from .text import (
+        budget_usd,
+        duration,
+        settings_words,
+        shape_words,
+        status_text,
+        token_details,
+        tokens,
+        usd,
+    )
 
     if report["answer"]:
         label = "answer (partial, at a limit): " if report.get("answer_partial") else "answer: "
@@ -74,6 +83,8 @@ def _footer(report: dict[str, Any]) -> Iterator[Text]:
     shape = shape_words(report.get("shape_limits") or {})
     if shape:
         yield Text(f"tree shape: {shape}")
+    if report.get("settings"):
+        yield Text(f"model settings: {settings_words(report['settings'])}")
     reused = sum(node.get("deduplicated_calls", 0) for node in _walk(report))
     if reused:
         calls = "1 repeated call" if reused == 1 else f"{reused} repeated calls"
@@ -86,6 +97,8 @@ def _footer(report: dict[str, Any]) -> Iterator[Text]:
         )
     if report.get("dir"):
         yield Text(f"dir: {report['dir']}")
+    if report.get("endpoint"):
+        yield Text(f"endpoint: {report['endpoint']}")
     if report.get("trace_id"):
         yield Text(f"trace: {report['trace_id']}")
 

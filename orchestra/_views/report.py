@@ -14,6 +14,7 @@ import attrs
 from .._events import EventRecord
 from .._exceptions import RunNotFound
 from .._money import to_usd
+from .._redact import redact
 from .._result import RunResult, child_order
 from .._state import RunState, Status
 from .._stores.contract import Store
@@ -37,7 +38,11 @@ def tree_result(states: list[RunState], root_id: str) -> RunResult:
 
 
 def report(
-    result: RunResult, store: Store, elapsed_ms: float | None, directory: str | None
+    result: RunResult,
+    store: Store,
+    elapsed_ms: float | None,
+    directory: str | None,
+    endpoint: str | None = None,
 ) -> dict[str, Any]:
     """The JSON report of a tree, with what every process's events add: per-turn
     prompt tokens, model retries, calls answered from the transcript
@@ -47,6 +52,8 @@ def report(
     process that ran it (a resume adds to it); ``command_elapsed_ms``
     (``elapsed_ms`` given here), how long this command took to run the tree,
     starting its provider and MCP servers included (None for ``show``).
+    ``endpoint``: the base URL the tree's model calls went to (``orchestra run``;
+    None for a demo's embedded server), redacted.
     """
     result = with_stored_children(result, store)
     events: dict[str, list[dict[str, Any]]] = {}
@@ -70,6 +77,7 @@ def report(
     out["command_elapsed_ms"] = None if elapsed_ms is None else round(elapsed_ms, 1)
     out["run_elapsed_ms"] = round(ran_s * 1000, 1)
     out["dir"] = directory
+    out["endpoint"] = None if endpoint is None else redact(endpoint)
     out["conversation_cost_usd"] = _conversation_cost(result, store)
     parent = result.state.trace_context.get("traceparent", "")
     out["trace_id"] = parent.split("-")[1] if parent.count("-") == 3 else None

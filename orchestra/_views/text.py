@@ -18,6 +18,8 @@ from rich.cells import cell_len, set_cell_size
 from rich.console import Console
 from rich.text import Text
 
+from .._settings import ModelSettings
+
 __all__ = [
     "Node",
     "console",
@@ -383,3 +385,8 @@ def shape_words(shape: dict[str, int]) -> str:
         _SHAPE_WORDS[name].format(value) for name, value in shape.items() if name in _SHAPE_WORDS
     ]
     return "at most " + ", ".join(said) if said else ""
+
+
+def settings_words(saved: dict[str, Any]) -> str:
+    """A run's saved model settings in one line: ``temperature 0, seed 7, stop ["END"]``."""
+    return ModelSettings(**saved).described()

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from .._agent import Agent
 from .._core.execute import new_state, reopen_state
 from .._exceptions import StateError
+from .._settings import ModelSettings
 from .._state import Limits, RunState, Status
 from ._dbos import DBOSQueue, migrate, workflow_id
 from ._ledger import PostgresLedger
@@ -78,15 +79,17 @@ def submit(
     limits: Limits | None = None,
     metadata: dict[str, str] | None = None,
     run_id: str | None = None,
+    settings: ModelSettings | None = None,
 ) -> str:
     """Save and queue a new root run of ``agent``; its run id (``run_id`` if given:
-    a client may follow the tree's events before it exists).
+    a client may follow the tree's events before it exists). ``settings``: how
+    the run asks its model, over its agent's (saved with it: any worker uses them).
 
     ``metadata`` must let a worker rebuild the agent: a CLI recipe, or
     ``{AGENTS_KEY: "module:attr"}``.
     """
     limits = (limits or agent.limits).anchored(time.time())
-    state = new_state(agent, task, limits, metadata=metadata, run_id=run_id)
+    state = new_state(agent, task, limits, None, None, run_id, metadata, settings)
     cluster.store.save(state)
     cluster.ledger.open_node(state, 0)
     cluster.queue.enqueue_now(state.run_id)

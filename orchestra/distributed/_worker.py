@@ -45,7 +45,7 @@ from .._core.run import LiveRun
 from .._events import EventSink, fanout
 from .._exceptions import ConfigError, LeaseLost, StateError, StoreError, StoreUnreachable
 from .._model.margin import Margin
-from .._model.provider import OpenAIProvider
+from .._model.provider import HTTPProvider
 from .._model.retry import RetryPolicy
 from .._model.tokens import encoding
 from .._prices import PriceTable
@@ -156,7 +156,7 @@ class Worker:
     _ledger: PostgresLedger | None = attrs.field(default=None, init=False)
     _queue: _dbos.DBOSQueue | None = attrs.field(default=None, init=False)
     _scripted_url: str | None = attrs.field(default=None, init=False)
-    _providers: dict[ProviderOptions, OpenAIProvider] = attrs.field(factory=dict, init=False)
+    _providers: dict[ProviderOptions, HTTPProvider] = attrs.field(factory=dict, init=False)
     _runners: dict[str, WorkerRunner] = attrs.field(factory=dict, init=False)
     _roots: dict[str, tuple[WorkerRunner, Agent]] = attrs.field(factory=dict, init=False)
     _running: dict[str, LiveRun] = attrs.field(factory=dict, init=False)
@@ -524,7 +524,7 @@ class Worker:
             self._runners[calls.key] = runner
         return runner
 
-    def _provider(self, options: ProviderOptions) -> OpenAIProvider:
+    def _provider(self, options: ProviderOptions) -> HTTPProvider:
         """The provider built from ``options`` (one per distinct options: equal
         ones share a connection pool), as the embedded path builds it."""
         provider = self._providers.get(options)

@@ -166,3 +166,38 @@ def test_a_recipe_from_a_newer_cli_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(StateError, match=r"newer orchestra CLI .* wings"):
         Recipe.of(state)
+
+
+def test_the_report_names_the_endpoint_the_tree_asked(server_url: str, box: Path) -> None:
+    report, _ = run(server_url, box, "plan")
+    assert report["endpoint"] == server_url
+
+
+def test_with_no_endpoint_and_no_key_the_run_says_where_to_point_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("OPENAI_BASE_URL", "LLM_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    result = CliRunner().invoke(main, ["run", "why?", "--model", "gpt-4.1-mini"])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert result.stderr.strip() == (
+        "error: say where the model is: --base-url URL (or $OPENAI_BASE_URL), or an OpenAI "
+        "key (--api-key, $OPENAI_API_KEY) for OpenAI's API"
+    )
+
+
+def test_an_openai_key_alone_points_runs_at_openai(monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestra import OpenAIProvider
+    from orchestra._cli.run_task import _endpoint
+    from orchestra._model.provider import OPENAI_URL, default_base_url
+
+    for name in ("OPENAI_BASE_URL", "LLM_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    assert OPENAI_URL == "https://api.openai.com/v1"
+    assert default_base_url() is None and _endpoint(None, "sk-x") == OPENAI_URL
+    assert _endpoint("http://127.0.0.1:9/v1", "sk-x") == "http://127.0.0.1:9/v1"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment")
+    provider = OpenAIProvider()  # nothing is asked: no request leaves the machine
+    assert provider.base_url == OPENAI_URL and provider.provider_name == "openai"
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    assert OpenAIProvider().base_url == "http://127.0.0.1:9/v1"

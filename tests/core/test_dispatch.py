@@ -174,7 +174,7 @@ async def test_writes_run_in_order_after_reads(autojump_clock):
 
 
 async def test_repeated_or_missing_call_ids_still_get_one_result_each():
-    from orchestra._model.provider import _clean_message
+    from orchestra._model.reply import _clean_message
 
     message = _clean_message(
         {

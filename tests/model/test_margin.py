@@ -21,7 +21,7 @@ from orchestra import (
     Status,
 )
 from orchestra._model.margin import PAD
-from orchestra._model.provider import _clean_message
+from orchestra._model.reply import _clean_message
 from orchestra._money import from_usd
 from orchestra._recipes.demo import demo_agent, demo_task
 from orchestra.testing import reply as scripted_reply

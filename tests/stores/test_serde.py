@@ -15,6 +15,7 @@ from orchestra import (
     Interruption,
     InterruptionKind,
     Limits,
+    ModelSettings,
     RunState,
     SchemaVersionError,
     StateError,
@@ -88,9 +89,12 @@ def test_garbage_is_a_state_error(text):
     max_budget=st.none() | st.floats(0, 100, allow_nan=False),
     reason=st.text(max_size=60) | st.just("Authorization: Bearer sk-abcdefghijklmnop"),
     raised=st.booleans(),
+    settings=st.sampled_from(
+        [None, ModelSettings(seed=3, stop=("x",), extra_body={"u": [1]}), ModelSettings(top_p=1)]
+    ),
 )
 def test_the_saved_head_is_the_state_without_its_transcript(
-    status, cost, args, max_budget, reason, raised
+    status, cost, args, max_budget, reason, raised, settings
 ):
     from orchestra._state import LimitRaise
     from orchestra._stores.transcripts import head_json, joined
@@ -118,6 +122,7 @@ def test_the_saved_head_is_the_state_without_its_transcript(
         children={"c": "r2"},
         started=["c"],
         metadata={"k": "v"},
+        settings=settings,
     )
     expected = state_to_dict(state)
     expected.pop("messages")

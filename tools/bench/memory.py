@@ -111,7 +111,7 @@ def run(quick: bool) -> common.Section:
             common.target(
                 "import and build ≤ 150 ms",
                 f"{common.fmt(import_ms)} ms ({common.ratio_text(rows[3]['ratio'])} bare)",
-                import_ms <= 150,
+                None if quick else import_ms <= 150,  # an absolute time needs repeats
             ),
         ],
     )

@@ -1,0 +1,53 @@
+"""``--provider``: the wire format of a tree's model calls, saved with it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from orchestra._cli.main import main
+from orchestra._recipes.recipe import Recipe
+from orchestra._stores.sqlite import SQLiteStore
+
+
+@pytest.mark.parametrize("scenario", ["plan", "research"])
+def test_a_demo_over_anthropics_wire_completes_as_over_chat(tmp_path: Path, scenario: str) -> None:
+    reports = {}
+    for wire in ("chat", "anthropic"):
+        store = tmp_path / f"{wire}.db"
+        args = ["demo", scenario, "--provider", wire, "--store", str(store), "--json"]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        reports[wire] = json.loads(result.stdout)
+        with SQLiteStore(store) as saved:
+            assert Recipe.of(saved.load(reports[wire]["run_id"])).wire == wire
+    chat, messages = reports["chat"], reports["anthropic"]
+    assert messages["status"] == chat["status"] == "completed"
+    assert messages["answer"] == chat["answer"]
+    assert len(messages["children"]) == len(chat["children"])
+    # the same replies; the prompts as the server counted them after translation
+    assert messages["tree_cost_usd"] == pytest.approx(chat["tree_cost_usd"], rel=0.01)
+
+
+def test_a_run_over_anthropics_wire_needs_an_endpoint_or_a_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from orchestra._cli.run_task import _endpoint
+    from orchestra._model.anthropic import ANTHROPIC_URL
+
+    for name in ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    result = CliRunner().invoke(
+        main, ["run", "why?", "--model", "claude-x", "--provider", "anthropic"]
+    )
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "error: say where the model is: --base-url URL (or $ANTHROPIC_BASE_URL)" in result.stderr
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")  # never sent to another vendor
+    assert result.exit_code != 0
+    with pytest.raises(Exception, match="ANTHROPIC_BASE_URL"):
+        _endpoint(None, "", "anthropic")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-x")
+    assert _endpoint(None, "", "anthropic") == ANTHROPIC_URL == "https://api.anthropic.com/v1"
