@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from ._model.anthropic import AnthropicProvider
     from ._model.margin import FIRST_MARGIN, Calibration, Margin
     from ._model.provider import ChatReply, ChatRequest, OpenAIProvider, Provider
+    from ._model.responses import ResponsesProvider
     from ._model.retry import RetryPolicy
     from ._money import Price, PriceTier
     from ._prices import PriceTable
@@ -101,6 +102,7 @@ __all__ = [
     "ProviderReplyError",
     "ProviderUnreachable",
     "RecordingTracerProvider",
+    "ResponsesProvider",
     "RetryPolicy",
     "RunHandle",
     "RunNotFound",
@@ -193,6 +195,7 @@ _MODULE_OF: dict[str, str] = {
         "_core.stops": ("StopCondition",),
         "_settings": ("ModelSettings",),
         "_model.anthropic": ("AnthropicProvider",),
+        "_model.responses": ("ResponsesProvider",),
         "_tools": ("Tool", "ToolContext", "tool"),
     }.items()
     for name in names

@@ -81,7 +81,7 @@ def api_key_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
-WIRES = ("chat", "anthropic")
+WIRES = ("chat", "responses", "anthropic")
 """The wire formats a run's model calls may speak (``--provider``)."""
 
 
@@ -94,7 +94,8 @@ def provider_option(fn: Callable[..., Any]) -> Callable[..., Any]:
         default="chat",
         show_default=True,
         help="The API the model calls speak: OpenAI's Chat Completions (chat; any "
-        "compatible server) or Anthropic's Messages (anthropic).",
+        "compatible server), OpenAI's Responses (responses) or Anthropic's Messages "
+        "(anthropic).",
     )(fn)
 
 

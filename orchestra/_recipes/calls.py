@@ -42,8 +42,8 @@ class ProviderOptions:
     provider_name: str | None = None
     """``gen_ai.provider.name`` on spans; None: the provider's default for its URL."""
     wire: str = "chat"
-    """The API the calls speak: ``chat`` (OpenAI's Chat Completions) or
-    ``anthropic`` (Anthropic's Messages)."""
+    """The API the calls speak: ``chat`` (OpenAI's Chat Completions), ``responses``
+    (OpenAI's Responses) or ``anthropic`` (Anthropic's Messages)."""
 
     def build(self, *, scripted_url: str | None, api_key: str) -> HTTPProvider:
         """The provider (the caller closes it). ``scripted_url`` is the embedded
@@ -56,6 +56,7 @@ class ProviderOptions:
         """
         from .._model.anthropic import AnthropicProvider
         from .._model.provider import OpenAIProvider
+        from .._model.responses import ResponsesProvider
 
         url, key = self.base_url, api_key
         if url is None:
@@ -66,6 +67,13 @@ class ProviderOptions:
             from .._exceptions import ConfigError
 
             raise ConfigError("no model endpoint: no base URL and no scripted server")
+        if self.wire == "responses":
+            return ResponsesProvider(
+                base_url=url,
+                api_key=key or None,
+                timeout=self.timeout,
+                provider_name=self.provider_name,
+            )
         if self.wire == "anthropic":
             return AnthropicProvider(
                 base_url=url,

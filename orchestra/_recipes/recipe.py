@@ -101,7 +101,8 @@ class Recipe:
     """How every agent of the tree samples its replies (``--temperature``, ``--seed``,
     ...: :meth:`ModelSettings.saved`); empty: the server's defaults."""
     wire: str = "chat"
-    """The API the tree's model calls speak (``--provider``): ``chat`` or ``anthropic``."""
+    """The API the tree's model calls speak (``--provider``): ``chat``, ``responses``
+    or ``anthropic``."""
     faults: bool = True
     """Whether the embedded scripted server plays the scenario's fault modifiers."""
 

@@ -22,10 +22,9 @@ import attrs
 from .scenarios import Answer
 from .stream import token_pieces
 
-__all__ = ["MESSAGES_PATH", "as_chat", "chat_body", "dressed"]
+__all__ = ["MESSAGES_PATH", "MessagesAnswer", "chat_body"]
 
 MESSAGES_PATH: Final = "/v1/messages"
-CHAT_PATH: Final = "/v1/chat/completions"
 
 _STOP_REASONS: Final = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
 _ERROR_TYPES: Final = {
@@ -37,13 +36,6 @@ _ERROR_TYPES: Final = {
     429: "rate_limit_error",
     529: "overloaded_error",
 }
-
-
-def as_chat(target: str, body: bytes) -> tuple[str, bytes, bool]:
-    """The chat request (path, body) a request means, and whether it was a Messages one."""
-    if target.split("?", 1)[0] != MESSAGES_PATH:
-        return target, body, False
-    return CHAT_PATH, chat_body(body), True
 
 
 def chat_body(body: bytes) -> bytes:
@@ -143,11 +135,6 @@ class MessagesAnswer(Answer):
 
     def events(self) -> list[bytes]:
         return list(_events(message_of(self.body)))
-
-
-def dressed(answer: Answer) -> Answer:
-    """``answer`` (a chat answer) as the Messages API gives it."""
-    return MessagesAnswer(answer.status, answer.body, answer.delay, answer.headers, answer.stream)
 
 
 def _error(status: int, body: Mapping[str, Any]) -> dict[str, Any]:

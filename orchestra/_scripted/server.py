@@ -23,8 +23,8 @@ import trio
 
 from .endless import ENDLESS, pieces
 from .faults import FaultCounter, Prepared, events_sent, truncated
-from .messages import as_chat, dressed
 from .scenarios import CHUNK_HEADER, LATENCY_HEADER, Answer, chunk_delay
+from .wires import as_chat, dressed
 
 __all__ = ["DEMO_API_KEY", "scripted_server", "serve_scripted"]
 
@@ -142,12 +142,11 @@ class _Connection:
             request = await self._receive_request()
             if request is None:
                 return
-            target, body, messages = as_chat(request.target, request.body)
+            target, body, wire = as_chat(request.target, request.body)
             request = attrs.evolve(request, target=target, body=body)
             prepared = faults.prepare(request.method, request.target, request.body)
             result = await _respond(request, prepared, latency)
-            if messages:  # asked in Anthropic's wire format: answered in it
-                result = dressed(result)
+            result = dressed(result, wire)  # answered in the wire format it was asked in
             delay = chunk_delay(self._chunk_s, request.chunk_ms)
             if prepared.broken is not None:
                 await self._break(prepared, result, delay)

@@ -9,8 +9,8 @@ import trio
 
 from .._scripted.endless import ENDLESS, pieces
 from .._scripted.faults import FaultCounter, Prepared, events_sent, truncated
-from .._scripted.messages import as_chat, dressed
 from .._scripted.scenarios import CHUNK_HEADER, LATENCY_HEADER, Answer, chunk_delay
+from .._scripted.wires import as_chat, dressed
 
 __all__ = ["ScriptedTransport"]
 
@@ -45,7 +45,7 @@ class ScriptedTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """The scripted response to ``request``, after its latency. A checkpoint."""
-        path, body, messages = as_chat(request.url.path, await request.aread())
+        path, body, wire = as_chat(request.url.path, await request.aread())
         prepared = self.faults.prepare(request.method, path, body)
         result = prepared.respond(
             request.method,
@@ -54,8 +54,7 @@ class ScriptedTransport(httpx.AsyncBaseTransport):
             latency_ms=request.headers.get(LATENCY_HEADER),
             auth=request.headers.get("authorization", ""),
         )
-        if messages:  # asked in Anthropic's wire format: answered in it
-            result = dressed(result)
+        result = dressed(result, wire)  # answered in the wire format it was asked in
         await trio.sleep(result.delay)
         if prepared.broken == "hang" or (prepared.broken == "stall" and result.stream is None):
             await _hang(request)
