@@ -45,7 +45,8 @@ class PriceTable:
 
     def price(self, model: str, *, endpoint: str | None = None) -> Price:
         """The price of ``model`` (served at ``endpoint``, a base URL, which picks
-        the provider where several sell the same model)."""
+        the provider where several sell the same model; a model written
+        ``PROVIDER:MODEL`` names its provider itself)."""
         given = self.models.get(model)
         if given is not None:
             return given
@@ -86,9 +87,11 @@ def published_price(model: str, endpoint: str | None = None) -> Price | None:
     except ImportError:
         return None
     snapshot = data_snapshot.get_snapshot()
-    for url in (endpoint, None) if endpoint else (None,):
+    named, colon, ref = model.partition(":")
+    provider_id, model = (named, ref) if colon else (None, model)
+    for url in (endpoint, None) if endpoint and not colon else (None,):
         try:
-            provider, info = snapshot.find_provider_model(model, None, None, url)
+            provider, info = snapshot.find_provider_model(model, None, provider_id, url)
         except LookupError:
             continue
         prices = info.get_prices(datetime.now(UTC))

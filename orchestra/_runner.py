@@ -21,7 +21,7 @@ next effect, saves nothing more, and :meth:`Runner.run` raises
 from __future__ import annotations
 
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from functools import partial
 from typing import Any, ClassVar, TypedDict, Unpack
 
@@ -160,6 +160,9 @@ class Runner:
 
     Attributes:
         provider: where model calls go.
+        providers: more providers, by name: an agent whose model is written
+            ``NAME:MODEL`` (``"anthropic:claude-sonnet-4-5"``) is asked through
+            ``providers[NAME]`` for ``MODEL``, so one tree may mix providers.
         prices: USD per million tokens, by model.
         store: where states are saved after every step.
         sink: receives every event (e.g. a :class:`JsonlSink`).
@@ -179,6 +182,7 @@ class Runner:
     """
 
     provider: Provider
+    providers: Mapping[str, Provider] = attrs.field(factory=dict)
     prices: PriceTable = PriceTable()
     store: Store = attrs.Factory(MemoryStore)
     sink: EventSink | None = None
@@ -226,6 +230,11 @@ class Runner:
         Not a checkpoint."""
         return self.keeper.cancel(run_id, reason)
 
+    def _providers(self) -> list[Provider]:
+        """Every provider this runner asks (their connections are released after a
+        run from plain code)."""
+        return [self.provider, *self.providers.values()]
+
     # -- starting runs --------------------------------------------------------
 
     async def run(
@@ -260,14 +269,14 @@ class Runner:
         tree stops; its result. Works with an asyncio loop running in this
         thread too (the tree then runs in a thread of its own). See
         :mod:`orchestra._sync`; from asyncio code use ``orchestra.aio``."""
-        return blocking([self.provider], partial(self.run, agent, task, **options))
+        return blocking(self._providers(), partial(self.run, agent, task, **options))
 
     def resume_sync(
         self, run_id: str, agent: Agent[OutputT], *, limits: Limits | None = None, note: str = ""
     ) -> RunResult[OutputT]:
         """:meth:`resume` from plain code, as :meth:`run_sync`."""
         return blocking(
-            [self.provider], partial(self.resume, run_id, agent, limits=limits, note=note)
+            self._providers(), partial(self.resume, run_id, agent, limits=limits, note=note)
         )
 
     async def start(

@@ -88,7 +88,7 @@ async def model_step(run: LiveRun) -> None:
         return
     output = run.agent.output
     request = ChatRequest(
-        model=run.state.model,
+        model=run.route[1],
         messages=_with_budget_note(run),
         tools=run.agent.tool_specs(),
         tool_choice=_tool_choice(run),
@@ -124,9 +124,8 @@ async def _final_step(run: LiveRun, wind: wind_down.WindDown, margin: Margin) ->
         wind_down.hand_back(run, stop)
         return
     wind_down.begin(run, wind)
-    request = ChatRequest(
-        model=run.state.model, messages=run.state.messages, settings=run.state.settings
-    )
+    model, settings = run.route[1], run.state.settings
+    request = ChatRequest(model=model, messages=run.state.messages, settings=settings)
     prompt_tokens = run.counter.count(request.messages, request.tools)
     wanted = min(run.reply_cap, run.state.limits.wind_down_tokens or 1)
     decide = partial(reserve, run, prompt_tokens, len(request.messages), margin, wanted)
@@ -244,7 +243,7 @@ async def _call(run: LiveRun, ask: _Ask) -> tuple[ChatReply, Usage] | None:
     run.cut_streams = 0
     if reply.usage_reported:
         run.runner.pricing.observe_prompt(
-            ask.request.model,
+            run.state.model,
             ours=ask.prompt_tokens,
             theirs=reply.prompt_tokens,
             messages=len(ask.request.messages),
@@ -309,7 +308,7 @@ async def _attempt(run: LiveRun, request: ChatRequest, arrived: _Arrived) -> Cha
         ProviderError: the call failed (a reply that cannot be kept included).
     """
     try:
-        return kept(await run.runner.provider.complete(request))
+        return kept(await run.route[0].complete(request))
     except ProviderError as exc:
         if arrived.tokens:
             raise _Cut(exc) from exc

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import attrs
@@ -154,6 +154,8 @@ class Host(Protocol):
     """
 
     provider: Provider
+    providers: Mapping[str, Provider]
+    """More providers by name, for models written ``NAME:MODEL`` (see :attr:`LiveRun.route`)."""
     retry: RetryPolicy
     store: Store
     ledger: Ledger | None
@@ -273,6 +275,15 @@ class LiveRun:
     def lineage(self) -> tuple[LiveRun, ...]:
         """This run, then its parent, up to the root."""
         return self._lineage
+
+    @property
+    def route(self) -> tuple[Provider, str]:
+        """The provider this run's calls go to, and the model name they send: a model
+        written ``NAME:MODEL`` goes to the runner's provider called ``NAME`` as
+        ``MODEL``; any other (or an unknown ``NAME``) to the runner's provider."""
+        name, colon, model = self.state.model.partition(":")
+        chosen = self.runner.providers.get(name) if colon else None
+        return (self.runner.provider, self.state.model) if chosen is None else (chosen, model)
 
     @property
     def settings(self) -> ModelSettings:

@@ -160,7 +160,7 @@ class OTelTracer:
 
     def _server(self, run: LiveRun) -> dict[str, Any]:
         """``gen_ai.provider.name`` and ``server.address``/``port`` of the run's provider."""
-        provider = run.runner.provider
+        provider = run.route[0]
         if self._endpoint is None or self._endpoint[0] is not provider:
             self._endpoint = (provider, _endpoint(provider, self._provider_name))
         return self._endpoint[1]

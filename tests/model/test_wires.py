@@ -13,11 +13,13 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 import trio
 
 from orchestra import (
+    Agent,
     AnthropicProvider,
     Event,
     Limits,
@@ -28,8 +30,9 @@ from orchestra import (
     Status,
 )
 from orchestra._model.provider import HTTPProvider
+from orchestra._recipes.demo import RESEARCH_INSTRUCTIONS
 from orchestra._recipes.money import SCRIPTED_PRICE
-from orchestra.testing import ScriptedTransport, demo_agent, demo_task
+from orchestra.testing import ScriptedTransport, demo_agent, demo_task, demo_tools
 
 PRICES = PriceTable(default=SCRIPTED_PRICE, published=False)
 WIRES: dict[str, Callable[..., HTTPProvider]] = {
@@ -72,6 +75,11 @@ def reported(content: bytes) -> tuple[int, int]:
         prompt = usage.get("prompt_tokens", usage.get("input_tokens", prompt))
         completion = usage.get("completion_tokens", usage.get("output_tokens", completion))
     return prompt, completion
+
+
+def totals(usage: list[tuple[int, int]]) -> tuple[int, int]:
+    """(prompt, completion) tokens summed over replies."""
+    return sum(p for p, _ in usage), sum(c for _, c in usage)
 
 
 def _event_data(text: str) -> list[dict[str, Any]]:
@@ -175,3 +183,35 @@ async def test_a_rate_limit_is_retried_after_the_time_it_asks(
     assert result.status is Status.COMPLETED, result.state.reason
     (retry,) = [e.data for e in events if e.type == "model_retry"]
     assert retry["wait_s"] >= 1.0  # the scripted 429 says retry-after: 1
+
+
+async def test_one_tree_mixes_providers_and_rolls_spend_up_exactly(sandbox: Path) -> None:
+    chat, messages = Recording(), Recording()
+    runner = Runner(
+        provider=provider_of("chat", chat),
+        providers={"anthropic": provider_of("anthropic", messages)},
+        prices=PRICES,
+    )
+    researcher = Agent(
+        name="researcher",
+        model="anthropic:researcher",  # asked through providers["anthropic"], as "researcher"
+        instructions=RESEARCH_INSTRUCTIONS,
+        tools=demo_tools(sandbox),
+        limits=Limits(max_turns=8, max_budget_usd=0.05),
+    )
+    root = demo_agent("research", sandbox)
+    tools = (*[t for t in root.tools if t.name != "research"], researcher.as_tool(name="research"))
+    try:
+        result = await runner.run(attrs.evolve(root, tools=tools), demo_task("research"))
+    finally:
+        for provider in (runner.provider, *runner.providers.values()):
+            await provider.aclose()
+    assert result.status is Status.COMPLETED, result.state.reason
+    assert len(result.children) == 3 and len(chat.usage) == 2 and len(messages.usage) == 9
+    root_own, kids = result.state.own, [c.state.own for c in result.children]
+    assert (root_own.prompt_tokens, root_own.completion_tokens) == totals(chat.usage)
+    said = (sum(k.prompt_tokens for k in kids), sum(k.completion_tokens for k in kids))
+    assert said == totals(messages.usage)
+    for own in (root_own, *kids):
+        assert own.cost_pico == SCRIPTED_PRICE.cost(own.prompt_tokens, own.completion_tokens)
+    assert result.state.tree.cost_pico == root_own.cost_pico + sum(k.cost_pico for k in kids)
