@@ -220,14 +220,18 @@ class KillAfterTurnTwo(SQLiteStore):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _plan(directory: str, store_cls: type[SQLiteStore], resume: bool) -> None:
-    from orchestra import OpenAIProvider, ToolPolicy
+WIRES = ("chat", "responses", "anthropic")
+
+
+def _plan(directory: str, store_cls: type[SQLiteStore], resume: bool, wire: str) -> None:
+    from orchestra import AnthropicProvider, OpenAIProvider, ResponsesProvider, ToolPolicy
     from orchestra._recipes.demo import demo_agent, demo_task
     from orchestra.testing import ScriptedTransport
 
     path = Path(directory)
     store = store_cls(path / "runs.db")
-    provider = OpenAIProvider(base_url="http://s/v1", transport=ScriptedTransport())
+    make = {"chat": OpenAIProvider, "responses": ResponsesProvider, "anthropic": AnthropicProvider}
+    provider = make[wire](base_url="http://s/v1", api_key="k", transport=ScriptedTransport())
     runner = Runner(provider=provider, store=store)
     agent = demo_agent(
         "plan", path, limits=Limits(max_turns=20), child_limits=Limits(), policy=ToolPolicy()
@@ -244,14 +248,15 @@ def _plan(directory: str, store_cls: type[SQLiteStore], resume: bool) -> None:
     os._exit(0)
 
 
-def test_plan_killed_after_turn_two_resumes_to_the_same_cost(tmp_path: Path) -> None:
+@pytest.mark.parametrize("wire", WIRES)
+def test_plan_killed_after_turn_two_resumes_to_the_same_cost(tmp_path: Path, wire: str) -> None:
     from orchestra.testing import make_sandbox
 
     fork = multiprocessing.get_context("fork")
     outcomes = {}
     for name, store_cls in (("clean", SQLiteStore), ("crashed", KillAfterTurnTwo)):
         directory = make_sandbox(tmp_path / name)
-        first = fork.Process(target=_plan, args=(str(directory), store_cls, False))
+        first = fork.Process(target=_plan, args=(str(directory), store_cls, False, wire))
         first.start()
         first.join(60)
         if name == "crashed":
@@ -259,7 +264,7 @@ def test_plan_killed_after_turn_two_resumes_to_the_same_cost(tmp_path: Path) -> 
             with SQLiteStore(directory / "runs.db") as store:
                 restored = store.load(RUN_ID)
             assert (restored.turns, len(restored.messages)) == (2, 6)
-            second = fork.Process(target=_plan, args=(str(directory), SQLiteStore, True))
+            second = fork.Process(target=_plan, args=(str(directory), SQLiteStore, True, wire))
             second.start()
             second.join(60)
             assert second.exitcode == 0
