@@ -81,21 +81,28 @@ def api_key_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
-WIRES = ("chat", "responses", "anthropic")
-"""The wire formats a run's model calls may speak (``--provider``)."""
+WIRES = {
+    "chat": "chat",
+    "openai": "chat",
+    "responses": "responses",
+    "openai-responses": "responses",
+    "anthropic": "anthropic",
+}
+"""The names ``--provider`` takes, and the wire format each means."""
 
 
 def provider_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--provider``: the wire format of the tree's model calls."""
+    """``--provider``: the wire format of the tree's model calls (None if not given:
+    a model written ``NAME:MODEL`` may name it, else Chat Completions)."""
     return click.option(
         "--provider",
         "wire",
-        type=click.Choice(WIRES),
-        default="chat",
-        show_default=True,
-        help="The API the model calls speak: OpenAI's Chat Completions (chat; any "
-        "compatible server), OpenAI's Responses (responses) or Anthropic's Messages "
-        "(anthropic).",
+        type=click.Choice(list(WIRES)),
+        default=None,
+        callback=lambda _ctx, _param, value: None if value is None else WIRES[value],
+        help="The API the model calls speak: Chat Completions (chat or openai; any "
+        "compatible server), OpenAI's Responses (responses or openai-responses) or "
+        "Anthropic's Messages (anthropic). [default: chat, or what --model's NAME: says]",
     )(fn)
 
 

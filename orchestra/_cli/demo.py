@@ -150,7 +150,7 @@ def demo(
     cancel_after: float | None,
     directory: str | None,
     message: str | None,
-    wire: str,
+    wire: str | None,
     tree: TreeOptions,
     reporting: Reporting,
     continue_from: str | None,
@@ -175,7 +175,7 @@ def demo(
         fatal_errors=fatal_errors,
         child_budget=child_budget,
         child_turns=child_turns,
-        wire=wire,
+        wire=wire or "chat",
     )
     if max_turns is None:
         slow_tree = parse_scenario(scenario)[0] == "slow_tree"

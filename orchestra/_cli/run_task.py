@@ -123,7 +123,7 @@ def run_command(
     request_timeout: float,
     max_tokens: int,
     wait_for_server_s: float,
-    wire: str,
+    wire: str | None,
     tree: TreeOptions,
     reporting: Reporting,
     continue_from: str | None,
@@ -141,6 +141,7 @@ def run_command(
 
     if continue_from is not None:  # a run to continue is in a store that exists
         must_exist(reporting.store_path)  # refused before anything is made
+    wire, model = wire_of(wire, model)
     recipe = start.recipe(
         tree,
         reporting,
@@ -188,3 +189,15 @@ def _endpoint(base_url: str | None, api_key: str, wire: str = "chat") -> str:
         "say where the model is: --base-url URL (or $OPENAI_BASE_URL), or an OpenAI key "
         "(--api-key, $OPENAI_API_KEY) for OpenAI's API"
     )
+
+
+def wire_of(given: str | None, model: str) -> tuple[str, str]:
+    """The wire format and the model name: ``--provider`` if given; else a model
+    written ``NAME:MODEL`` with a provider's name (``anthropic:claude-sonnet-4-5``,
+    ``openai:gpt-4.1-mini``) names it, and ``MODEL`` is what is sent; else chat."""
+    from .common import WIRES
+
+    name, colon, rest = model.partition(":")
+    if colon and name in WIRES and rest:
+        return given or WIRES[name], rest
+    return given or "chat", model

@@ -51,3 +51,25 @@ def test_a_run_over_anthropics_wire_needs_an_endpoint_or_a_key(
         _endpoint(None, "", "anthropic")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-x")
     assert _endpoint(None, "", "anthropic") == ANTHROPIC_URL == "https://api.anthropic.com/v1"
+
+
+def test_a_model_named_with_its_provider_picks_the_wire_format() -> None:
+    from orchestra._cli.run_task import wire_of
+
+    assert wire_of(None, "anthropic:claude-sonnet-4-5") == ("anthropic", "claude-sonnet-4-5")
+    assert wire_of(None, "openai:gpt-4.1-mini") == ("chat", "gpt-4.1-mini")
+    assert wire_of(None, "openai-responses:o3-mini") == ("responses", "o3-mini")
+    assert wire_of(None, "gpt-4.1-mini") == ("chat", "gpt-4.1-mini")
+    assert wire_of(None, "hf.co/org/model:Q4_K_M") == ("chat", "hf.co/org/model:Q4_K_M")
+    assert wire_of("responses", "openai:gpt-4.1") == ("responses", "gpt-4.1")
+
+
+def test_provider_names_users_know_are_taken(tmp_path: Path) -> None:
+    for name, wire in (("openai", "chat"), ("openai-responses", "responses")):
+        store = tmp_path / f"{name}.db"
+        args = ["demo", "plan", "--provider", name, "--store", str(store), "--json"]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        with SQLiteStore(store) as saved:
+            run_id = json.loads(result.stdout)["run_id"]
+            assert Recipe.of(saved.load(run_id)).wire == wire
