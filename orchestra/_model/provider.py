@@ -61,6 +61,7 @@ __all__ = [
     "Provider",
     "default_base_url",
     "fresh_id",
+    "openai_endpoint",
     "provider_name_for",
 ]
 
@@ -211,6 +212,22 @@ def default_base_url(api_key: str | None = None) -> str | None:
     None: nowhere to go."""
     key = os.environ.get("OPENAI_API_KEY", "") if api_key is None else api_key
     return _env_base_url() or (OPENAI_URL if key else None)
+
+
+def openai_endpoint(base_url: str | None, api_key: str | None) -> tuple[str, str]:
+    """The base URL and key of an OpenAI API client: those given, else the
+    environment's (see :func:`default_base_url`; ``$OPENAI_API_KEY``).
+
+    Raises:
+        ConfigError: no endpoint given, set, or implied by a key.
+    """
+    url = base_url or default_base_url(api_key)
+    if not url:
+        raise ConfigError(
+            "no endpoint: pass base_url= (or set OPENAI_BASE_URL), or set OPENAI_API_KEY "
+            "for OpenAI's API"
+        )
+    return url, api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
 
 
 _KNOWN_HOSTS = {  # host suffix -> gen_ai.provider.name (the conventions' well-known values)
@@ -464,15 +481,9 @@ class OpenAIProvider(HTTPProvider):
         cap_field: str | None = None,
         stream: bool = True,
     ) -> None:
-        url = base_url or default_base_url(api_key)
-        if not url:
-            raise ConfigError(
-                "no endpoint: pass base_url= (or set OPENAI_BASE_URL), or set OPENAI_API_KEY "
-                "for OpenAI's API"
-            )
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
         if cap_field not in (None, *CAP_FIELDS):
             raise ConfigError(f"cap_field must be one of {CAP_FIELDS}, got {cap_field!r}")
+        url, key = openai_endpoint(base_url, api_key)
         super().__init__(
             base_url=url,
             key=key,

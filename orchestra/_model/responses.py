@@ -26,7 +26,6 @@ whole each time) and reads the reply back into a :class:`~.reply.ChatReply`:
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
@@ -36,7 +35,7 @@ from .provider import (
     DEFAULT_MAX_CONNECTIONS,
     ChatRequest,
     HTTPProvider,
-    default_base_url,
+    openai_endpoint,
     provider_name_for,
     sendable,
 )
@@ -72,15 +71,7 @@ class ResponsesProvider(HTTPProvider):
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         stream: bool = True,
     ) -> None:
-        from .._exceptions import ConfigError
-
-        url = base_url or default_base_url(api_key)
-        if not url:
-            raise ConfigError(
-                "no endpoint: pass base_url= (or set OPENAI_BASE_URL), or set OPENAI_API_KEY "
-                "for OpenAI's API"
-            )
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
+        url, key = openai_endpoint(base_url, api_key)
         super().__init__(
             base_url=url,
             key=key,

@@ -21,6 +21,7 @@ import attrs
 
 from .scenarios import Answer
 from .stream import token_pieces
+from .translate import chat_head, decoded_object
 
 __all__ = ["MESSAGES_PATH", "MessagesAnswer", "chat_body"]
 
@@ -41,20 +42,10 @@ _ERROR_TYPES: Final = {
 def chat_body(body: bytes) -> bytes:
     """The chat-completions request a Messages request body means (a body that is
     not a JSON object is passed on as it is: the chat side refuses it)."""
-    try:
-        request = json.loads(body)
-    except ValueError:
+    request = decoded_object(body)
+    if request is None:
         return body
-    if not isinstance(request, dict):
-        return body
-    chat: dict[str, Any] = {
-        "model": request.get("model"),
-        "messages": _messages(request),
-        "max_tokens": request.get("max_tokens"),
-        "stream": bool(request.get("stream", False)),
-    }
-    if chat["stream"]:
-        chat["stream_options"] = {"include_usage": True}
+    chat = chat_head(request, _messages(request), request.get("max_tokens"))
     if request.get("tools"):
         chat["tools"] = [_tool(t) for t in request["tools"] if isinstance(t, dict)]
         choice = (request.get("tool_choice") or {}).get("type")

@@ -19,6 +19,7 @@ import attrs
 
 from .scenarios import Answer
 from .stream import token_pieces
+from .translate import chat_head, decoded_object
 
 __all__ = ["RESPONSES_PATH", "ResponsesAnswer", "chat_body"]
 
@@ -28,20 +29,10 @@ RESPONSES_PATH: Final = "/v1/responses"
 def chat_body(body: bytes) -> bytes:
     """The chat-completions request a Responses request body means (a body that is
     not a JSON object is passed on as it is: the chat side refuses it)."""
-    try:
-        request = json.loads(body)
-    except ValueError:
+    request = decoded_object(body)
+    if request is None:
         return body
-    if not isinstance(request, dict):
-        return body
-    chat: dict[str, Any] = {
-        "model": request.get("model"),
-        "messages": _messages(request),
-        "max_tokens": request.get("max_output_tokens"),
-        "stream": bool(request.get("stream", False)),
-    }
-    if chat["stream"]:
-        chat["stream_options"] = {"include_usage": True}
+    chat = chat_head(request, _messages(request), request.get("max_output_tokens"))
     if request.get("tools"):
         chat["tools"] = [_tool(t) for t in request["tools"] if isinstance(t, dict)]
         if request.get("tool_choice") in ("auto", "required", "none"):
