@@ -8,6 +8,7 @@ the last digit, however many runs add into it.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import attrs
 
@@ -50,6 +51,7 @@ class PriceTier:
     input_per_million: float = attrs.field(validator=_non_negative)
     output_per_million: float = attrs.field(validator=_non_negative)
     cached_input_per_million: float | None = None
+    cache_write_per_million: float | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -57,7 +59,11 @@ class Price:
     """USD per million tokens: input, cached input, output; tiers by prompt size.
 
     ``cached_input_per_million`` prices the prompt tokens the provider read from
-    its cache (None: as any input token). Reasoning tokens are output tokens
+    its cache, ``cache_write_per_million`` those it wrote to it (Anthropic's
+    cache writes cost more than input; None: as any input token). A
+    reservation prices every prompt token at the dearer of input and cache
+    write, so a call that writes its cache never costs more than reserved.
+    Reasoning tokens are output tokens
     (providers count them in ``completion_tokens``). ``source`` says where the
     price comes from (given by the user, a published price list, or assumed).
     """
@@ -65,13 +71,15 @@ class Price:
     input_per_million: float = attrs.field(default=2.0, validator=_non_negative)
     output_per_million: float = attrs.field(default=12.0, validator=_non_negative)
     cached_input_per_million: float | None = attrs.field(default=None)
+    cache_write_per_million: float | None = attrs.field(default=None)
     tiers: tuple[PriceTier, ...] = attrs.field(default=(), converter=_tiers)
     source: str = attrs.field(default="assumed (Orchestra's default)", eq=False)
 
     @cached_input_per_million.validator
-    def _cached_not_negative(self, _: object, value: float | None) -> None:
+    @cache_write_per_million.validator
+    def _cached_not_negative(self, attribute: attrs.Attribute[Any], value: float | None) -> None:
         if value is not None and value < 0:
-            raise ConfigError(f"cached_input_per_million must be >= 0, got {value}")
+            raise ConfigError(f"{attribute.name} must be >= 0, got {value}")
 
     @property
     def input_pico(self) -> int:
@@ -89,6 +97,17 @@ class Price:
         cached = self.cached_input_per_million
         return self.input_pico if cached is None else _pico(cached)
 
+    @property
+    def cache_write_pico(self) -> int:
+        """Pico-dollars per prompt token written to the provider's cache."""
+        written = self.cache_write_per_million
+        return self.input_pico if written is None else _pico(written)
+
+    @property
+    def prompt_pico_max(self) -> int:
+        """The most one prompt token may cost (input, or a cache write if dearer)."""
+        return max(self.input_pico, self.cache_write_pico)
+
     def at(self, prompt_tokens: int) -> Price:
         """The flat rates that bill a call with ``prompt_tokens`` prompt tokens."""
         tier = max(
@@ -102,6 +121,7 @@ class Price:
             input_per_million=tier.input_per_million,
             output_per_million=tier.output_per_million,
             cached_input_per_million=tier.cached_input_per_million,
+            cache_write_per_million=tier.cache_write_per_million,
             source=self.source,
         )
 
@@ -122,17 +142,27 @@ class Price:
             input_per_million=max(r.input_per_million for r in rates),
             output_per_million=max(r.output_per_million for r in rates),
             cached_input_per_million=max(r.cached_pico for r in rates) / 1_000_000,
+            cache_write_per_million=max(r.cache_write_pico for r in rates) / 1_000_000,
             source=self.source,
         )
 
-    def cost(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> int:
+    def cost(
+        self,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_tokens: int = 0,
+        written_tokens: int = 0,
+    ) -> int:
         """Cost in pico-dollars of a call with these token counts (``cached_tokens``:
-        the part of the prompt the provider read from its cache)."""
+        the part of the prompt the provider read from its cache; ``written_tokens``:
+        the part it wrote to it)."""
         rates = self.at(prompt_tokens)
         cached = min(max(cached_tokens, 0), prompt_tokens)
+        written = min(max(written_tokens, 0), prompt_tokens - cached)
         return (
-            (prompt_tokens - cached) * rates.input_pico
+            (prompt_tokens - cached - written) * rates.input_pico
             + cached * rates.cached_pico
+            + written * rates.cache_write_pico
             + completion_tokens * rates.output_pico
         )
 
@@ -140,12 +170,13 @@ class Price:
         """How many output tokens ``pico`` pays for once the prompt is paid (at the
         highest rates of any tier the prompt may fall in)."""
         rates = self.highest_up_to(prompt_tokens)
-        left = pico - prompt_tokens * rates.input_pico
+        left = pico - prompt_tokens * rates.prompt_pico_max
         if left < 0:
             return -1
         return left // rates.output_pico if rates.output_pico else 1 << 30
 
     def reserved(self, prompt_tokens: int, completion_tokens: int) -> int:
-        """The most a call of at most these counts can cost (no cache assumed)."""
+        """The most a call of at most these counts can cost (no cache read assumed;
+        every prompt token may be a cache write)."""
         rates = self.highest_up_to(prompt_tokens)
-        return prompt_tokens * rates.input_pico + completion_tokens * rates.output_pico
+        return prompt_tokens * rates.prompt_pico_max + completion_tokens * rates.output_pico

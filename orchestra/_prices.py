@@ -21,7 +21,7 @@ from ._money import Price, PriceTier
 
 __all__ = ["PriceTable", "published_price"]
 
-_FIELDS = ("input_mtok", "output_mtok", "cache_read_mtok")
+_FIELDS = ("input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok")
 
 
 @attrs.frozen(kw_only=True)
@@ -112,6 +112,7 @@ def _price(prices: Any, source: str) -> Price | None:
         input_per_million=base.input_per_million,
         output_per_million=base.output_per_million,
         cached_input_per_million=base.cached_input_per_million,
+        cache_write_per_million=base.cache_write_per_million,
         tiers=tiers,
         source=source,
     )
@@ -134,4 +135,5 @@ def _tier(rates: Mapping[str, Any], start: int) -> PriceTier:
         input_per_million=at("input_mtok") or 0.0,
         output_per_million=at("output_mtok") or 0.0,
         cached_input_per_million=at("cache_read_mtok"),
+        cache_write_per_million=at("cache_write_mtok"),
     )

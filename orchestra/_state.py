@@ -126,7 +126,8 @@ class Usage:
     """Counters that add up: model calls, tokens, cost, tool and child runs.
 
     ``cached_input_tokens`` are the part of ``prompt_tokens`` the provider read
-    from its cache (billed at the cached rate); ``reasoning_tokens`` the part
+    from its cache (billed at the cached rate), ``cache_write_tokens`` the part
+    it wrote to it (billed at the cache-write rate); ``reasoning_tokens`` the part
     of ``completion_tokens`` the model spent thinking (billed as output, never
     seen in the text).
     """
@@ -139,9 +140,12 @@ class Usage:
     child_runs: int = 0
     cached_input_tokens: int = 0
     reasoning_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def to_dict(self) -> dict[str, int]:
-        """The fields as a dict (what ``attrs.asdict`` gives, built without its walk)."""
+        """The fields as a dict (what ``attrs.asdict`` gives, built without its walk;
+        ``cache_write_tokens`` only when there are any, so older versions read it)."""
+        written = {"cache_write_tokens": self.cache_write_tokens} if self.cache_write_tokens else {}
         return {
             "model_calls": self.model_calls,
             "prompt_tokens": self.prompt_tokens,
@@ -151,6 +155,7 @@ class Usage:
             "child_runs": self.child_runs,
             "cached_input_tokens": self.cached_input_tokens,
             "reasoning_tokens": self.reasoning_tokens,
+            **written,
         }
 
     def __add__(self, other: Usage) -> Usage:
@@ -163,6 +168,7 @@ class Usage:
             child_runs=self.child_runs + other.child_runs,
             cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
         )
 
     def __sub__(self, other: Usage) -> Usage:

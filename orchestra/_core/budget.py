@@ -206,9 +206,10 @@ def settle(run: LiveRun, grant: Grant, reply: ChatReply | None, arrived: int = 0
         model_calls=1,
         prompt_tokens=prompt,
         completion_tokens=completion,
-        cost_pico=price.cost(prompt, completion, reply.cached_tokens),
+        cost_pico=price.cost(prompt, completion, reply.cached_tokens, reply.cache_write_tokens),
         cached_input_tokens=reply.cached_tokens,
         reasoning_tokens=reply.reasoning_tokens,
+        cache_write_tokens=reply.cache_write_tokens,
     )
     run.charge(usage)
     return usage

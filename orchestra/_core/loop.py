@@ -332,7 +332,7 @@ def kept(reply: ChatReply) -> ChatReply:
     counts = (reply.prompt_tokens, reply.completion_tokens, reply.cached_tokens)
     if any(
         type(n) is not int or not 0 <= n <= MAX_REPLY_TOKENS
-        for n in (*counts, reply.reasoning_tokens)
+        for n in (*counts, reply.reasoning_tokens, reply.cache_write_tokens)
     ):
         raise ProviderReplyError(
             f"implausible token counts in the reply (each must be a whole number "
@@ -567,6 +567,7 @@ def _turn_fields(run: LiveRun, reply: ChatReply, usage: Usage) -> dict[str, Any]
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "cached_input_tokens": usage.cached_input_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
         "reasoning_tokens": usage.reasoning_tokens,
         "total_tokens": usage.tokens,
         "call_cost_usd": to_usd(usage.cost_pico),

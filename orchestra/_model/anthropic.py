@@ -16,9 +16,10 @@ transcript in the chat-completions shape every run keeps) as ``POST
   A request with ``response_format`` is refused (:class:`ConfigError`): give
   the agent ``output_via="tool"``.
 - Usage: ``input_tokens`` plus the cache's reads and writes are the prompt
-  (reads as cached tokens); ``output_tokens`` the completion (thinking
-  included, as Anthropic bills it). Cache writes are priced as plain input:
-  Orchestra sends no ``cache_control``, so none are made by its requests.
+  (reads as cached tokens, writes as cache-write tokens, each at its own
+  rate: see :class:`~orchestra.Price`, which reserves every prompt token at
+  the dearer of input and cache write); ``output_tokens`` the completion
+  (thinking included, as Anthropic bills it).
 - A stream's events (``message_start``, ``content_block_*``,
   ``message_delta``, ``message_stop``; ``ping`` skipped, ``error`` the
   server's failure) are translated into chat-completion chunks for the same
@@ -265,7 +266,7 @@ def _usage(into: Mapping[str, Any], out: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "prompt_tokens": into["input_tokens"] + read + written,
         "completion_tokens": out["output_tokens"],
-        "prompt_tokens_details": {"cached_tokens": read},
+        "prompt_tokens_details": {"cached_tokens": read, "cache_write_tokens": written},
     }
 
 

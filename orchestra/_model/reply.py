@@ -46,6 +46,10 @@ class ChatReply:
     cached_tokens: int = 0
     """Of ``prompt_tokens``, those read from the provider's cache
     (``usage.prompt_tokens_details.cached_tokens``)."""
+    cache_write_tokens: int = 0
+    """Of ``prompt_tokens``, those written to the provider's cache
+    (``usage.prompt_tokens_details.cache_write_tokens``: Anthropic's cache
+    creation, as :mod:`.anthropic` reads it)."""
     reasoning_tokens: int = 0
     """Of ``completion_tokens``, those spent reasoning
     (``usage.completion_tokens_details.reasoning_tokens``)."""
@@ -118,6 +122,7 @@ def reply_of(body: Any) -> ChatReply:
         completion_tokens=completion,
         usage_reported=usage is not None,
         cached_tokens=_detail(usage, "prompt_tokens_details", "cached_tokens", prompt),
+        cache_write_tokens=_detail(usage, "prompt_tokens_details", "cache_write_tokens", prompt),
         reasoning_tokens=_detail(
             usage, "completion_tokens_details", "reasoning_tokens", completion
         ),

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import attrs
 
-from .scenarios import Answer
+from .scenarios import CACHE_BLOCK, Answer
 from .stream import token_pieces
 from .translate import chat_head, decoded_object
 
@@ -153,6 +153,7 @@ def message_of(completion: Mapping[str, Any]) -> dict[str, Any]:
             }
         )
     usage = completion.get("usage") or {}
+    prompt, read, written = _prompt_parts(usage)
     return {
         "id": completion.get("id"),
         "type": "message",
@@ -162,12 +163,24 @@ def message_of(completion: Mapping[str, Any]) -> dict[str, Any]:
         "stop_reason": _STOP_REASONS.get(choice.get("finish_reason"), "end_turn"),
         "stop_sequence": None,
         "usage": {
-            "input_tokens": usage.get("prompt_tokens", 0),
+            "input_tokens": prompt - read - written,
             "output_tokens": usage.get("completion_tokens", 0),
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": written,
+            "cache_read_input_tokens": read,
         },
     }
+
+
+def _prompt_parts(usage: Mapping[str, Any]) -> tuple[int, int, int]:
+    """The prompt, its cache reads and its cache writes: where the script caches (its
+    usage says what was read), every whole block of the prompt not read is written,
+    as a Messages API prompt with caching on is."""
+    prompt = usage.get("prompt_tokens", 0)
+    details = usage.get("prompt_tokens_details")
+    if not isinstance(details, dict) or "cached_tokens" not in details:
+        return prompt, 0, 0
+    read = details["cached_tokens"]
+    return prompt, read, max(prompt // CACHE_BLOCK * CACHE_BLOCK - read, 0)
 
 
 def _input(arguments: str) -> Any:

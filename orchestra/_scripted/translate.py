@@ -27,7 +27,7 @@ def chat_head(
     chat: dict[str, Any] = {
         "model": request.get("model"),
         "messages": messages,
-        "max_tokens": cap,
+        "max_completion_tokens": cap,
         "stream": bool(request.get("stream", False)),
     }
     if chat["stream"]:

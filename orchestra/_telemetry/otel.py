@@ -373,6 +373,7 @@ class OTelTracer:
                 attributes[key] = str(d[field])
         for key, field in (
             ("gen_ai.usage.cache_read.input_tokens", "cached_input_tokens"),
+            ("gen_ai.usage.cache_creation.input_tokens", "cache_write_tokens"),
             ("gen_ai.usage.reasoning.output_tokens", "reasoning_tokens"),
         ):
             if d.get(field):  # subsets of input_tokens and output_tokens, as reported

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from orchestra import (
@@ -78,7 +80,11 @@ def test_a_response_format_is_refused_saying_what_to_do() -> None:
 
 def test_the_official_client_reads_the_scripted_server(server_url: str) -> None:
     anthropic = pytest.importorskip("anthropic")
-    client = anthropic.Anthropic(base_url=server_url.removesuffix("/v1"), api_key="k")
+    with anthropic.Anthropic(base_url=server_url.removesuffix("/v1"), api_key="k") as client:
+        _ask_messages(client)
+
+
+def _ask_messages(client: Any) -> None:
     said = client.messages.create(
         model="plan",
         max_tokens=300,
@@ -98,7 +104,11 @@ def test_the_official_client_reads_the_scripted_server(server_url: str) -> None:
 
 def test_the_official_openai_client_reads_the_scripted_responses(server_url: str) -> None:
     openai = pytest.importorskip("openai")
-    client = openai.OpenAI(base_url=server_url, api_key="k")
+    with openai.OpenAI(base_url=server_url, api_key="k") as client:
+        _ask_responses(client)
+
+
+def _ask_responses(client: Any) -> None:
     said = client.responses.create(
         model="plan",
         input=demo_task("plan"),

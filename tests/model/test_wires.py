@@ -72,7 +72,10 @@ def reported(content: bytes) -> tuple[int, int]:
         )
         if not usage:
             continue
-        prompt = usage.get("prompt_tokens", usage.get("input_tokens", prompt))
+        if "input_tokens" in usage:  # Messages and Responses: cache reads and writes apart
+            cache = ("cache_read_input_tokens", "cache_creation_input_tokens")
+            prompt = usage["input_tokens"] + sum(usage.get(k, 0) for k in cache)
+        prompt = usage.get("prompt_tokens", prompt)
         completion = usage.get("completion_tokens", usage.get("output_tokens", completion))
     return prompt, completion
 
@@ -215,3 +218,32 @@ async def test_one_tree_mixes_providers_and_rolls_spend_up_exactly(sandbox: Path
     for own in (root_own, *kids):
         assert own.cost_pico == SCRIPTED_PRICE.cost(own.prompt_tokens, own.completion_tokens)
     assert result.state.tree.cost_pico == root_own.cost_pico + sum(k.cost_pico for k in kids)
+
+
+async def test_cache_reads_and_writes_are_charged_each_at_its_rate(sandbox: Path) -> None:
+    price = attrs.evolve(SCRIPTED_PRICE, cached_input_per_million=0.2, cache_write_per_million=2.5)
+    prices = PriceTable(default=price, published=False)
+    transport = Recording()
+    provider = provider_of("anthropic", transport)
+    runner = Runner(provider=provider, prices=prices)
+    result = await runner.run(demo_agent("reasoning", sandbox), demo_task("plan"))
+    await provider.aclose()
+    assert result.status is Status.COMPLETED, result.state.reason
+    own = result.state.own
+    assert own.cached_input_tokens > 0 and own.cache_write_tokens > 0
+    assert own.prompt_tokens == sum(p for p, _ in transport.usage)  # reads and writes included
+    plain = own.prompt_tokens - own.cached_input_tokens - own.cache_write_tokens
+    expected = (
+        plain * price.input_pico
+        + own.cached_input_tokens * price.cached_pico
+        + own.cache_write_tokens * price.cache_write_pico
+        + own.completion_tokens * price.output_pico
+    )
+    assert own.cost_pico == expected
+
+
+def test_a_reservation_prices_every_prompt_token_as_a_possible_cache_write() -> None:
+    price = attrs.evolve(SCRIPTED_PRICE, cache_write_per_million=2.5)
+    assert price.reserved(1000, 100) == 1000 * price.cache_write_pico + 100 * price.output_pico
+    assert price.cost(1000, 100, written_tokens=1000) == price.reserved(1000, 100)
+    assert price.affordable_completion(price.reserved(1000, 100), 1000) == 100

@@ -138,4 +138,10 @@ def test_limits_and_usage_to_dict_name_every_field():
     limits = Limits(max_turns=3, max_budget_usd=0.5, timeout_s=9.0, max_tokens_total=7)
     usage = Usage(model_calls=1, prompt_tokens=2, completion_tokens=3, cost_pico=4, tool_runs=5)
     assert limits.to_dict() == attrs.asdict(limits)
-    assert usage.to_dict() == attrs.asdict(usage)
+    written = attrs.evolve(usage, cache_write_tokens=6)
+    assert written.to_dict() == attrs.asdict(written)
+    # cache writes are said only when there are some: older versions read the state
+    assert usage.to_dict() == {
+        k: v for k, v in attrs.asdict(usage).items() if k != "cache_write_tokens"
+    }
+    assert Usage(**usage.to_dict()) == usage
