@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from ._stores.sqlite import SQLiteStore, default_store_path
     from ._telemetry.otel import OTelTracer, configure_otlp, flush_spans
     from ._telemetry.spans import RecordingTracerProvider, SpanSink
-    from ._tools import Tool, ToolContext, tool
+    from ._tools import Reconciled, Tool, ToolContext, tool
 
 __all__ = [
     "CATALOG_INSTRUCTIONS",
@@ -101,6 +101,7 @@ __all__ = [
     "ProviderHTTPError",
     "ProviderReplyError",
     "ProviderUnreachable",
+    "Reconciled",
     "RecordingTracerProvider",
     "ResponsesProvider",
     "RetryPolicy",
@@ -196,7 +197,7 @@ _MODULE_OF: dict[str, str] = {
         "_settings": ("ModelSettings",),
         "_model.anthropic": ("AnthropicProvider",),
         "_model.responses": ("ResponsesProvider",),
-        "_tools": ("Tool", "ToolContext", "tool"),
+        "_tools": ("Reconciled", "Tool", "ToolContext", "tool"),
     }.items()
     for name in names
 }

@@ -41,7 +41,16 @@ if typing.TYPE_CHECKING:
 
     from ._state import Limits
 
-__all__ = ["ChildAgent", "Tool", "ToolContext", "ToolInputError", "bound_result", "tool"]
+__all__ = [
+    "ChildAgent",
+    "ReconcileHook",
+    "Reconciled",
+    "Tool",
+    "ToolContext",
+    "ToolInputError",
+    "bound_result",
+    "tool",
+]
 
 MAX_ARGUMENT_BYTES = MAX_JSON_BYTES
 """The largest argument string (UTF-8 bytes) a tool call may carry."""
@@ -53,6 +62,38 @@ MIN_RESULT_BYTES = 1024
 """The smallest result bound a policy may set."""
 NOTE_BYTES = 200
 """Room kept for a truncation note: a cut result, note included, fits its limit."""
+
+
+@attrs.frozen
+class Reconciled:
+    """What a tool's reconcile hook learnt of a write in doubt: it took effect
+    (:meth:`done`, with the result the model is told), it did not
+    (:meth:`not_done`: the write runs again, once), or nobody can tell
+    (:meth:`unknown`, why: a human is asked, as without a hook)."""
+
+    outcome: typing.Literal["done", "not_done", "unknown"]
+    said: str = ""
+    """The result (done) or why it cannot tell (unknown)."""
+
+    @classmethod
+    def done(cls, result: str) -> Reconciled:
+        """The write took effect; ``result`` is what its call returns."""
+        return cls("done", str(result))
+
+    @classmethod
+    def not_done(cls) -> Reconciled:
+        """The write did not take effect: it may run again."""
+        return cls("not_done")
+
+    @classmethod
+    def unknown(cls, why: str) -> Reconciled:
+        """Nobody can tell (``why``): a human decides."""
+        return cls("unknown", str(why))
+
+
+ReconcileHook = Callable[[Mapping[str, Any], str], "Reconciled | Awaitable[Reconciled]"]
+"""``hook(arguments, idempotency_key)``: whether a write's call took effect (see
+:class:`Reconciled`); sync or async."""
 
 
 class ChildAgent(typing.Protocol):
@@ -147,6 +188,10 @@ class Tool:
     ``timeout_s`` bounds one call (``None``: the policy's ``tool_timeout_s``;
     ``inf``: no limit). A read that runs out of time is answered "timed out
     after N s"; a write that does is *in doubt*, like one a crash cut short.
+
+    ``reconcile`` settles a write in doubt by asking the world: called with the
+    call's arguments and idempotency key when the run goes on (a resume, in any
+    process), before anyone is asked; see :class:`Reconciled`.
     """
 
     name: str
@@ -165,6 +210,8 @@ class Tool:
     """Its calls start a child run (``ctx.run_child``): the calls of one reply
     to such tools share their run's budget (see :class:`~orchestra.Carving`).
     Tools made by :meth:`Agent.as_tool` do, whatever this says."""
+    reconcile: ReconcileHook | None = attrs.field(default=None, eq=False, repr=False)
+    """How to learn whether a call in doubt took effect (a write's; see above)."""
     _validator: jsonschema.Draft202012Validator = attrs.field(init=False, repr=False, eq=False)
     _surely_valid: Callable[[dict[str, Any]], bool] | None = attrs.field(
         init=False, repr=False, eq=False
@@ -414,6 +461,7 @@ def tool(
     needs_approval: bool = False,
     idempotent: bool = False,
     timeout_s: float | None = None,
+    reconcile: ReconcileHook | None = None,
 ) -> Callable[[ToolFunction], Tool]: ...
 
 
@@ -427,6 +475,7 @@ def tool(
     needs_approval: bool = False,
     idempotent: bool = False,
     timeout_s: float | None = None,
+    reconcile: ReconcileHook | None = None,
 ) -> Tool | Callable[[ToolFunction], Tool]:
     """Make a :class:`Tool` from a typed function (sync or async).
 
@@ -434,7 +483,8 @@ def tool(
     come from its ``Args:`` section. A parameter named ``ctx`` (or annotated
     :class:`ToolContext`) receives the call's context and is not in the schema.
     Usable bare (``@tool``) or with options (``@tool(read_only=True)``);
-    ``timeout_s`` limits each call (see :class:`Tool`).
+    ``timeout_s`` limits each call, ``reconcile`` settles a write in doubt
+    (see :class:`Tool`).
     """
 
     def build(f: ToolFunction) -> Tool:
@@ -450,6 +500,7 @@ def tool(
             idempotent=idempotent,
             takes_context=takes_context,
             timeout_s=timeout_s,
+            reconcile=reconcile,
         )
 
     return build(fn) if fn is not None else build

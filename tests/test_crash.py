@@ -27,6 +27,7 @@ from orchestra import (
     ChatRequest,
     InterruptionKind,
     Limits,
+    Reconciled,
     Runner,
     Status,
     ToolContext,
@@ -102,15 +103,24 @@ def _call(turn: int, i: int, name: str, args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def ledger_agent(directory: Path, points: Points, idempotent: bool) -> Agent:
+def ledger_agent(directory: Path, points: Points, kind: str) -> Agent:
+    """``kind``: how a write in doubt is settled: ``in-doubt`` (a human, looking at
+    the ledger), ``idempotent`` (run again, deduplicated by key) or ``reconciled``
+    (the tool's reconcile hook looks at the ledger)."""
     ledger, keys = directory / "ledger.txt", directory / "keys.txt"
+    idempotent = kind == "idempotent"
+
+    def written(arguments: Any, key: str) -> Reconciled:
+        entries = ledger.read_text().split() if ledger.exists() else []
+        entry = arguments["entry"]
+        return Reconciled.done(f"appended {entry}") if entry in entries else Reconciled.not_done()
 
     @tool(read_only=True)
     def peek() -> str:
         """Count ledger lines."""
         return str(len(ledger.read_text().splitlines()) if ledger.exists() else 0)
 
-    @tool(idempotent=idempotent)
+    @tool(idempotent=idempotent, reconcile=written if kind == "reconciled" else None)
     def append(entry: str, ctx: ToolContext) -> str:
         """Append an entry to the ledger."""
         if idempotent and keys.exists() and ctx.idempotency_key in keys.read_text().split():
@@ -128,19 +138,21 @@ def ledger_agent(directory: Path, points: Points, idempotent: bool) -> Agent:
     return Agent(name="ledger", model="ledger", tools=(peek, append), limits=Limits(max_turns=20))
 
 
-def _child(directory: str, kill_at: int | None, mode: str, idempotent: bool, resume: bool) -> None:
+def _child(directory: str, kill_at: int | None, mode: str, kind: str, resume: bool) -> None:
     path = Path(directory)
     points = Points(kill_at, mode)
     store = KillingStore(path / "runs.db", points)
     phase = "resume" if resume else "first"
     runner = Runner(provider=LedgerModel(path / "requests.log", phase), store=store)
-    agent = ledger_agent(path, points, idempotent)
+    agent = ledger_agent(path, points, kind)
 
     async def main() -> None:
         if not resume:
             await runner.run(agent, "write the ledger", run_id=RUN_ID)
             return
         result = await runner.resume(RUN_ID, agent)
+        if kind == "reconciled":  # the world answered: no human is ever asked
+            assert result.status is Status.COMPLETED, result.state.reason
         while result.status is Status.INTERRUPTED:
             waiting = result.state.interruption
             assert waiting.kind is InterruptionKind.UNKNOWN_OUTCOME, waiting
@@ -174,14 +186,14 @@ def _count_points(tmp: Path, mode: str) -> int:
     points = Points(None, mode)
     store = KillingStore(clean / "runs.db", points)
     runner = Runner(provider=LedgerModel(clean / "requests.log", "first"), store=store)
-    trio.run(runner.run, ledger_agent(clean, points, False), "write the ledger")
+    trio.run(runner.run, ledger_agent(clean, points, "in-doubt"), "write the ledger")
     store.close()
     return points.n
 
 
-def _trial(directory: Path, kill_at: int, mode: str, idempotent: bool) -> None:
+def _trial(directory: Path, kill_at: int, mode: str, kind: str) -> None:
     directory.mkdir()
-    first = _fork(str(directory), kill_at, mode, idempotent, False)
+    first = _fork(str(directory), kill_at, mode, kind, False)
     assert first == -signal.SIGKILL
     saved = SQLiteStore(directory / "runs.db")
     try:
@@ -192,7 +204,7 @@ def _trial(directory: Path, kill_at: int, mode: str, idempotent: bool) -> None:
         return
     saved.close()
     if state.status is not Status.COMPLETED:  # killed after the last save: nothing to resume
-        assert _fork(str(directory), None, mode, idempotent, True) == 0
+        assert _fork(str(directory), None, mode, kind, True) == 0
     entries = (directory / "ledger.txt").read_text().split()
     expected = [f"{t}.{x}" for t in range(TURNS) for x in "ab"]
     assert sorted(entries) == sorted(expected), f"duplicated or lost effects at {mode} {kill_at}"
@@ -201,12 +213,12 @@ def _trial(directory: Path, kill_at: int, mode: str, idempotent: bool) -> None:
     assert min(resumed, default=saved_turns) >= saved_turns, "a saved reply was requested again"
 
 
-@pytest.mark.parametrize("idempotent", [False, True], ids=["in-doubt", "idempotent"])
-def test_sigkill_at_every_step_then_resume(tmp_path: Path, idempotent: bool) -> None:
+@pytest.mark.parametrize("kind", ["in-doubt", "idempotent", "reconciled"])
+def test_sigkill_at_every_step_then_resume(tmp_path: Path, kind: str) -> None:
     trials = 0
     for mode in ("before", "after"):
-        for kill_at in range(1, _count_points(tmp_path / f"{idempotent}", mode) + 1):
-            _trial(tmp_path / f"{mode}-{kill_at}-{idempotent}", kill_at, mode, idempotent)
+        for kill_at in range(1, _count_points(tmp_path / kind, mode) + 1):
+            _trial(tmp_path / f"{mode}-{kill_at}-{kind}", kill_at, mode, kind)
             trials += 1
     assert trials >= 80  # every save and effect of a 6-turn ledger run is a kill point
 

@@ -33,6 +33,7 @@ from .._state import Interruption, InterruptionKind, Limits, RunState, Status, U
 from .._storable import valid_text
 from .._tools import ChildAgent, Tool, ToolContext, ToolInputError, bound_result
 from .answers import ANSWERED
+from .reconcile import ask_world, settled_text
 from .run import ChildPending, ChildWaiting, Exit, LiveRun
 
 __all__ = [
@@ -192,7 +193,7 @@ def gate(run: LiveRun, call: Call) -> str | Interruption | None:
     if _approved(run, call):
         return None
     tool = call.tool
-    if call.id in run.state.started and not (tool.read_only or tool.idempotent):
+    if _doubtful(run, call):
         return _waiting(
             run,
             call,
@@ -203,6 +204,12 @@ def gate(run: LiveRun, call: Call) -> str | Interruption | None:
     if tool.needs_approval:
         return _waiting(run, call, InterruptionKind.APPROVAL, f"{tool.name} needs approval")
     return None
+
+
+def _doubtful(run: LiveRun, call: Call) -> bool:
+    """A write that started in an earlier process and left no result."""
+    tool = call.tool
+    return call.id in run.state.started and not (tool.read_only or tool.idempotent)
 
 
 def _waiting(run: LiveRun, call: Call, kind: InterruptionKind, reason: str) -> Interruption:
@@ -300,7 +307,11 @@ async def _run_concurrently(run: LiveRun, calls: list[Call]) -> None:
 
 
 async def _run_gated(run: LiveRun, call: Call) -> bool:
-    """Run one call after its gate; False if the run stopped to wait for a human."""
+    """Run one call after its gate (a write in doubt settled by its reconcile hook
+    first, if it has one); False if the run stopped to wait for a human."""
+    settled = await _settled(run, call)
+    if settled is not None:
+        return settled
     decision = gate(run, call)
     if isinstance(decision, str):
         _decided(run, call.tool.name, call.id, decision)
@@ -309,6 +320,32 @@ async def _run_gated(run: LiveRun, call: Call) -> bool:
         return False
     else:
         await run_call(run, call)
+    return True
+
+
+async def _settled(run: LiveRun, call: Call) -> bool | None:
+    """For a write in doubt whose tool can be asked (and that nobody decided on):
+    True once settled (done: its result recorded; not done: run again), False if
+    the run stopped for a human; None if there is nothing to settle."""
+    tool, state = call.tool, run.state
+    if tool.reconcile is None or not _doubtful(run, call) or _approved(run, call):
+        return None
+    if call.id in state.rejections:
+        return None
+    key, limit = idempotency_key(run, call.id), time_limit(run, tool)
+    answer = await ask_world(run, tool, call.id, call.arguments, key, limit)
+    if answer.outcome == "done":
+        _decided(run, tool.name, call.id, settled_text(tool.name, answer))
+    elif answer.outcome == "not_done":
+        await run_call(run, call)
+    else:
+        reason = (
+            f"{tool.name} started before the process stopped and its outcome is unknown "
+            f"(its reconcile check could not tell: {answer.said}); approve to run it "
+            "again, or reject saying what happened"
+        )
+        stop_for_human(run, _waiting(run, call, InterruptionKind.UNKNOWN_OUTCOME, reason))
+        return False
     return True
 
 

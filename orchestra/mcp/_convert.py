@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, TypedDict
 
 from .._exceptions import ConfigError, ToolError
 from .._tools import Tool
@@ -24,7 +24,15 @@ def tool_name(name: str, server: str) -> str:
     return name
 
 
-def flags(annotations: Any) -> dict[str, bool]:
+class Flags(TypedDict):
+    """What a tool's hints say of it, as :class:`~orchestra.Tool` takes it."""
+
+    read_only: bool
+    needs_approval: bool
+    idempotent: bool
+
+
+def flags(annotations: Any) -> Flags:
     """``read_only``, ``needs_approval`` and ``idempotent`` from the tool's hints.
 
     No hints: a write that needs approval (the MCP defaults: not read-only,
