@@ -301,6 +301,8 @@ def _opened(index: int, block: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
 def _delta(index: int, delta: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     if delta.get("type") == "text_delta":
         yield _chunk({"content": delta["text"]})
+    elif delta.get("type") == "thinking_delta":  # billed as output: counted as it arrives
+        yield _chunk({"reasoning_content": delta["thinking"]})
     elif delta.get("type") == "input_json_delta":
         call = {"index": index, "function": {"arguments": delta["partial_json"]}}
         yield _chunk({"tool_calls": [call]})

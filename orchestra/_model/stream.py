@@ -151,6 +151,8 @@ class Assembly:
             self.usage = chunk["usage"]
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
+            if delta.get("reasoning_content"):
+                self._thought(str(delta["reasoning_content"]))
             if delta.get("content"):
                 self._text(str(delta["content"]))
             for call in delta.get("tool_calls") or ():
@@ -164,6 +166,15 @@ class Assembly:
         self.counted += tokens
         if self.listener is not None:
             self.listener.text(piece, tokens)
+
+    def _thought(self, piece: str) -> None:
+        """A piece of visible reasoning (``reasoning_content``, as llama.cpp, vLLM and
+        DeepSeek stream it; Anthropic's thinking): billed as output, so counted
+        (a cut stream is charged for it), never part of the answer."""
+        tokens = count_text(piece)
+        self.counted += tokens
+        if self.listener is not None:
+            self.listener.arguments(piece, tokens)
 
     def _call(self, piece: Mapping[str, Any]) -> None:
         call = self.calls.setdefault(

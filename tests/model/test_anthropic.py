@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import httpx
 import pytest
 
-from orchestra import (
-    ConfigError,
-    ModelSettings,
-)
+from orchestra import AnthropicProvider, ConfigError, ModelSettings
 from orchestra._model.anthropic import messages_body
 from orchestra._model.provider import ChatRequest
 from orchestra.testing import demo_task
@@ -122,3 +121,84 @@ def _ask_responses(client: Any) -> None:
     (streamed,) = final.output  # the scenario's first step: a call, its arguments streamed
     assert streamed.type == "function_call" and streamed.name == "list_files"
     assert streamed.arguments == "{}" and final.usage and final.usage.output_tokens > 0
+
+
+async def test_thinking_is_counted_as_it_arrives_and_kept_out_of_the_answer() -> None:
+    events = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "m1",
+                    "model": "claude",
+                    "usage": {"input_tokens": 9, "output_tokens": 1},
+                },
+            },
+        ),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "thinking", "thinking": ""},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "thinking_delta", "thinking": "Weigh it."},
+            },
+        ),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 1,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 1,
+                "delta": {"type": "text_delta", "text": "Yes."},
+            },
+        ),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": 12},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    body = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text=body, headers={"content-type": "text/event-stream"})
+
+    heard: list[str] = []
+
+    class Ear:
+        def text(self, piece: str, tokens: int) -> None:
+            heard.append("text")
+
+        def arguments(self, piece: str, tokens: int) -> None:
+            heard.append("thought")
+
+    provider = AnthropicProvider(
+        base_url="http://a/v1", api_key="k", transport=httpx.MockTransport(answer)
+    )
+    request = ChatRequest(
+        model="claude", messages=[{"role": "user", "content": "?"}], max_tokens=100, listener=Ear()
+    )
+    reply = await provider.complete(request)
+    await provider.aclose()
+    assert reply.message["content"] == "Yes." and reply.completion_tokens == 12
+    assert heard == ["thought", "text"]

@@ -63,6 +63,24 @@ def test_a_stream_past_its_cap_is_cut():
     assert assembly.take(ServerEvent(json.dumps(piece))) is Reading.CUT
 
 
+def test_visible_reasoning_is_counted_as_it_arrives_but_is_not_the_answer():
+    heard: list[tuple[str, str, int]] = []
+
+    class Ear:
+        def text(self, piece: str, tokens: int) -> None:
+            heard.append(("text", piece, tokens))
+
+        def arguments(self, piece: str, tokens: int) -> None:
+            heard.append(("thought", piece, tokens))
+
+    assembly = Assembly(limit=1000, listener=Ear())
+    for delta in ({"reasoning_content": "Let me think about it."}, {"content": "Yes."}):
+        assembly.take(ServerEvent(json.dumps({"choices": [{"index": 0, "delta": delta}]})))
+    assert [kind for kind, _, _ in heard] == ["thought", "text"]
+    assert assembly.counted == sum(tokens for _, _, tokens in heard) > 2  # both are charged
+    assert assembly.body()["choices"][0]["message"]["content"] == "Yes."
+
+
 @pytest.mark.parametrize(
     ("event", "status"),
     [
