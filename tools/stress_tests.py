@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -116,9 +117,12 @@ def _terminated(signum: int, frame: object) -> None:
 
 
 def _summary(log: Path, code: int) -> str:
-    """pytest's last line (``N passed, M skipped in S s``), or the exit code."""
+    """pytest's counts line (``N passed, M skipped in S s``: the last line that has
+    them, skip reasons may follow it), else its last line, else the exit code."""
     lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
-    return lines[-1].strip("= ") if lines else f"exit {code}"
+    counts = [line for line in lines if re.search(r"\d+ (passed|failed|error)", line)]
+    said = counts or lines
+    return said[-1].strip("= ") if said else f"exit {code}"
 
 
 def _durations(seconds: Sequence[float]) -> str:
