@@ -34,6 +34,7 @@ UNTIMED = (
     "mcp_research",
     "wind_down",
     "fastapi_app",
+    "reconcile",
 )
 NEED_A_SERVICE = ("research_trace", "six_tasks", "local_tree", "distributed_tree")
 """Examples that need Jaeger, a local model server or PostgreSQL: not run here
@@ -204,6 +205,13 @@ def test_crash_resume_costs_the_same_as_no_crash(ran: dict[str, Ran]) -> None:
     assert both[1:4] == uncrashed[2:5] == ["5", "4", uncrashed[4]]
     assert usd(both[3]) == usd(uncrashed[4]) == pytest.approx(usd(killed[6]) + usd(resumed[6]))
     assert "final cost identical to the uncrashed run: yes" in r.lines
+
+
+def test_reconcile_pays_once_and_asks_nobody(ran: dict[str, Ran]) -> None:
+    r = ran["reconcile"]
+    hooked, unhooked = r.row("reconcile hook"), r.row("no hook")
+    assert hooked[2:] == ["1", "completed", "-", "no"]  # paid once, settled by the hook
+    assert unhooked[2:] == ["1", "interrupted", "unknown_outcome", "yes"]  # as before: a human
 
 
 def test_stop_ends_the_run_within_milliseconds(ran: dict[str, Ran]) -> None:
