@@ -15,6 +15,7 @@ dies during it), ``touch`` an idempotent one (run again after a crash).
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import anyio
@@ -72,6 +73,15 @@ def serve(root: Path) -> MCPServer:
         with (root / "notes.txt").open("a") as notes:
             notes.write(text + "\n")
         return "Noted."
+
+    @server.tool(annotations=READ)
+    def note_written(text: str, seconds: float = 0.0) -> str:
+        """Whether append_note already wrote this line (its reconcile check: JSON)."""
+        notes = root / "notes.txt"
+        lines = notes.read_text().splitlines() if notes.exists() else []
+        if text in lines:
+            return json.dumps({"outcome": "done", "result": "Noted."})
+        return json.dumps({"outcome": "not_done"})
 
     @server.tool(annotations=IDEMPOTENT)
     def touch(path: str) -> str:

@@ -340,6 +340,7 @@ class TreeOptions:
     dedupe: bool
     mcp_commands: tuple[str, ...]
     mcp_urls: tuple[str, ...]
+    mcp_reconcile: tuple[str, ...]
 
     @property
     def mcp(self) -> tuple[str, ...]:
@@ -386,6 +387,14 @@ tree_options = bundled(
             multiple=True,
             metavar="URL",
             help="An MCP server over streamable HTTP (repeatable).",
+        ),
+        click.option(
+            "--mcp-reconcile",
+            multiple=True,
+            metavar="WRITE=CHECK",
+            help="An MCP write tool and the tool of the same server that says whether a "
+            "call of it took effect (repeatable): a write in doubt after a crash is "
+            "settled by asking CHECK before anyone is asked.",
         ),
     ],
 )

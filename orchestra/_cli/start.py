@@ -61,6 +61,7 @@ def recipe(tree: TreeOptions, reporting: Reporting, **fields: Any) -> Recipe:
     shared: dict[str, Any] = {
         "dedupe": tree.dedupe,
         "mcp": tree.mcp,
+        "mcp_reconcile": tree.mcp_reconcile,
         "provider_name": reporting.provider_name,
         "settings": tree.sampling.settings().saved(),
         **attrs.asdict(tree.money),

@@ -103,6 +103,9 @@ class Recipe:
     wire: str = "chat"
     """The API the tree's model calls speak (``--provider``): ``chat``, ``responses``
     or ``anthropic``."""
+    mcp_reconcile: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    """``WRITE=CHECK`` pairs (``--mcp-reconcile``): the MCP tool that says whether a
+    call of a write took effect (see :mod:`orchestra.mcp`)."""
     faults: bool = True
     """Whether the embedded scripted server plays the scenario's fault modifiers."""
 
@@ -127,7 +130,7 @@ class Recipe:
         """The recipe as run metadata (without :attr:`faults`: never saved)."""
         saved = attrs.asdict(self)
         del saved["faults"]
-        for key, default in (("settings", {}), ("wire", "chat")):
+        for key, default in (("settings", {}), ("wire", "chat"), ("mcp_reconcile", ())):
             if saved[key] == default:  # saved only when set: older versions resume the run
                 del saved[key]
         return {_KEY: json.dumps(saved, sort_keys=True)}
@@ -182,7 +185,9 @@ class Recipe:
             from ..mcp import open_tools, parse_server
         except ModuleNotFoundError as exc:
             raise ConfigError(str(exc)) from None
-        async with open_tools(*(parse_server(s) for s in self.mcp)) as tools:
+        checks = dict(_pair(p) for p in self.mcp_reconcile)
+        servers = (attrs.evolve(parse_server(s), reconcile=checks) for s in self.mcp)
+        async with open_tools(*servers) as tools:
             yield tools
 
     def _agent(self, limits: Limits) -> Agent:
@@ -264,3 +269,15 @@ class Recipe:
                 yield provider
             finally:
                 await provider.aclose()
+
+
+def _pair(text: str) -> tuple[str, str]:
+    """``WRITE=CHECK`` as (write, check).
+
+    Raises:
+        ConfigError: not two tool names joined by ``=``.
+    """
+    write, equals, check = text.partition("=")
+    if not (equals and write.strip() and check.strip()):
+        raise ConfigError(f"--mcp-reconcile takes WRITE=CHECK (two tool names), got {text!r}")
+    return write.strip(), check.strip()

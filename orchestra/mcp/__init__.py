@@ -19,7 +19,12 @@ structured content, a note for images and other media), bounded like any
 tool's; an error result is a tool error in words. A server that dies during
 a call raises :class:`~orchestra.ToolOutcomeUnknown`: for a read the model
 sees an error it can act on, for a write the run stops ``unknown_outcome``
-for a human, as after a crash.
+for a human, as after a crash, unless the server can tell: a server's
+``reconcile`` maps a write tool to a companion tool of the same server, called
+with the write's arguments, that answers JSON ``{"outcome": "done", "result":
+...}``, ``{"outcome": "not_done"}`` or ``{"outcome": "unknown", "why": ...}``
+(the write's reconcile hook: see :class:`~orchestra.Reconciled`;
+``--mcp-reconcile WRITE=CHECK`` on the command line).
 """
 
 from __future__ import annotations

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any, TypedDict
 
-from .._exceptions import ConfigError, ToolError
-from .._tools import Tool
+import attrs
 
-__all__ = ["flags", "result_text", "tool_name"]
+from .._exceptions import ConfigError, ToolError
+from .._tools import Reconciled, ReconcileHook, Tool
+
+__all__ = ["answer_of", "flags", "reconciled", "result_text", "tool_name"]
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -83,3 +86,47 @@ def describe(tool: Tool) -> str:
         *(["idempotent"] if tool.idempotent and not tool.read_only else []),
     ]
     return f"{tool.name}  ({', '.join(derived)})  {tool.description.splitlines()[0]}"
+
+
+def reconciled(tools: list[Tool], server: Any) -> list[Tool]:
+    """``tools`` with a reconcile hook on each write ``server.reconcile`` names: its
+    companion tool is called with the write's arguments and answers JSON,
+    ``{"outcome": "done", "result": ...}``, ``{"outcome": "not_done"}`` or
+    ``{"outcome": "unknown", "why": ...}`` (anything else: unknown).
+
+    Raises:
+        ConfigError: a write or a companion the server does not offer.
+    """
+    offered = {t.name: t for t in tools}
+    for write, check in server.reconcile.items():
+        missing = [name for name in (write, check) if name not in offered]
+        if missing:
+            raise ConfigError(
+                f"MCP server {server.label}: reconcile names {', '.join(missing)}, which it "
+                f"does not offer (it offers {', '.join(sorted(offered))})"
+            )
+        offered[write] = attrs.evolve(offered[write], reconcile=_asking(offered[check]))
+    return [offered[t.name] for t in tools]
+
+
+def _asking(companion: Tool) -> ReconcileHook:
+    async def hook(arguments: Mapping[str, Any], key: str) -> Reconciled:
+        said = await companion.function(**arguments)
+        return answer_of(str(said))
+
+    return hook
+
+
+def answer_of(text: str) -> Reconciled:
+    """A companion tool's answer (see :func:`reconciled`)."""
+    try:
+        said = json.loads(text)
+    except ValueError:
+        return Reconciled.unknown(f"the check answered {text[:200]!r}, not JSON")
+    outcome = said.get("outcome") if isinstance(said, dict) else None
+    if outcome == "done":
+        return Reconciled.done(str(said.get("result", "")))
+    if outcome == "not_done":
+        return Reconciled.not_done()
+    why = said.get("why") if isinstance(said, dict) else None
+    return Reconciled.unknown(str(why or f"the check answered {text[:200]!r}"))

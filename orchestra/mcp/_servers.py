@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
@@ -10,6 +11,10 @@ import attrs
 from .._exceptions import ConfigError
 
 __all__ = ["HttpServer", "StdioServer", "parse_server"]
+
+
+def _checks(value: Mapping[str, str]) -> dict[str, str]:
+    return dict(value)
 
 
 @attrs.frozen(kw_only=True)
@@ -25,6 +30,9 @@ class StdioServer:
     env: dict[str, str] | None = None
     cwd: Path | None = None
     errlog: Path | None = None
+    reconcile: Mapping[str, str] = attrs.field(factory=dict, converter=_checks)
+    """Write tool → the companion tool of the same server that says whether a call
+    of it took effect (see :mod:`orchestra.mcp`)."""
 
     @property
     def label(self) -> str:
@@ -37,6 +45,8 @@ class HttpServer:
     """A server already listening for streamable HTTP (``http://host:port/mcp``)."""
 
     url: str
+    reconcile: Mapping[str, str] = attrs.field(factory=dict, converter=_checks)
+    """As :attr:`StdioServer.reconcile`."""
 
     @property
     def label(self) -> str:

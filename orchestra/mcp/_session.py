@@ -25,7 +25,7 @@ from mcp.types import CONNECTION_CLOSED
 from .._exceptions import ConfigError, ToolError, ToolOutcomeUnknown
 from .._redact import redact
 from .._tools import Tool
-from ._convert import flags, result_text, tool_name
+from ._convert import flags, reconciled, result_text, tool_name
 from ._servers import HttpServer, StdioServer
 
 __all__ = ["CONNECT_TIMEOUT_S", "open_tools"]
@@ -135,7 +135,8 @@ async def _tools_of(
             listed = await session.list_tools()
     except (MCPError, *_LOST, trio.TooSlowError) as exc:
         raise ConfigError(f"MCP server {server.label}: cannot list tools: {_why(exc)}") from exc
-    return [_tool(session, server, spec) for spec in listed.tools]
+    tools = [_tool(session, server, spec) for spec in listed.tools]
+    return reconciled(tools, server)
 
 
 def _tool(session: ClientSession, server: StdioServer | HttpServer, spec: Any) -> Tool:

@@ -116,3 +116,24 @@ def test_an_unreachable_mcp_url_is_one_line_and_exit_2(tmp_path: Path) -> None:
     (line,) = failed.stderr.strip().splitlines()
     assert line.startswith(f"error: MCP server {url}: cannot connect: ")
     assert "Traceback" not in failed.stderr
+
+
+def test_mcp_reconcile_pairs_are_saved_and_checked(mcp_dir: Path, tmp_path: Path) -> None:
+    from orchestra._recipes.recipe import Recipe
+
+    sandbox = make_sandbox(tmp_path / "sandbox")
+    ran = orchestra(
+        "demo", "plan", "--mcp", server(mcp_dir), "--mcp-reconcile", "append_note=note_written",
+        "--dir", str(sandbox), "--json", "--store", str(tmp_path / "runs.db"),
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        recipe = Recipe.of(store.load(json.loads(ran.stdout)["run_id"]))
+    assert recipe.mcp_reconcile == ("append_note=note_written",)  # a resume asks the same
+    for pair, says in (
+        ("append_note", "--mcp-reconcile takes WRITE=CHECK"),
+        ("append_note=nope", "reconcile names nope, which it does not offer"),
+    ):
+        failed = orchestra("demo", "plan", "--mcp", server(mcp_dir), "--mcp-reconcile", pair)
+        assert failed.returncode == 2 and "Traceback" not in failed.stderr
+        assert says in failed.stderr, failed.stderr

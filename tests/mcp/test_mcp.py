@@ -69,6 +69,7 @@ async def test_tools_are_discovered_with_flags_from_their_hints(sandbox: Path) -
         "scan_archive": (True, False, True),
         "delete_file": (False, True, False),
         "append_note": (False, False, False),
+        "note_written": (True, False, True),
         "touch": (False, False, True),
     }
     assert schema["required"] == ["path"]

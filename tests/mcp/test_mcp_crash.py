@@ -24,10 +24,12 @@ from orchestra.mcp import StdioServer, open_tools
 from orchestra.testing import DONE, FakeProvider, tool_calls
 
 files, directory, db, resume = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "resume"
+checked = sys.argv[5] == "checked"
 note = tool_calls(("append_note", {"text": "paid invoice 42", "seconds": 30}))
 
 async def main():
-    server = StdioServer(command=sys.executable, args=(files, directory))
+    reconcile = {"append_note": "note_written"} if checked else {}
+    server = StdioServer(command=sys.executable, args=(files, directory), reconcile=reconcile)
     async with open_tools(server) as tools:
         limits = Limits(max_turns=5)
         agent = Agent(name="clerk", model="m", instructions="", tools=tools, limits=limits)
@@ -42,10 +44,10 @@ trio.run(main)
 """
 
 
-def child(tmp_path: Path, phase: str) -> subprocess.Popen[str]:
+def child(tmp_path: Path, phase: str, check: str = "unchecked") -> subprocess.Popen[str]:
     args = [sys.executable, "-c", CHILD, str(FILES), str(tmp_path), str(tmp_path / "runs.db")]
     return subprocess.Popen(
-        [*args, phase], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [*args, phase, check], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
     )  # fmt: skip
 
@@ -79,3 +81,27 @@ def test_kill_9_during_an_mcp_write_then_resume_asks_a_human(tmp_path: Path) -> 
     assert state.interruption.kind is InterruptionKind.UNKNOWN_OUTCOME
     assert state.interruption.tool == "append_note"
     assert not (tmp_path / "notes.txt").exists()  # it never ran twice, nor once by itself
+
+
+def killed_during_the_write(tmp_path: Path, check: str) -> None:
+    first = child(tmp_path, "run", check)
+    deadline = time.monotonic() + 60
+    while not started(tmp_path / "runs.db"):  # the write's started marker is saved
+        assert time.monotonic() < deadline and first.poll() is None, first.communicate()
+        time.sleep(0.05)
+    os.killpg(first.pid, signal.SIGKILL)  # the process and the server it started
+    first.communicate()
+
+
+@pytest.mark.parametrize("happened", [False, True], ids=["not-done", "done"])
+def test_with_a_companion_check_the_resume_asks_the_server_not_a_human(
+    tmp_path: Path, happened: bool
+) -> None:
+    killed_during_the_write(tmp_path, "checked")
+    if happened:  # the server wrote the line before it died with the process
+        (tmp_path / "notes.txt").write_text("paid invoice 42\n")
+    second = child(tmp_path, "resume", "checked")
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err
+    assert out.startswith("completed"), out  # no human asked
+    assert (tmp_path / "notes.txt").read_text().splitlines() == ["paid invoice 42"]  # once
