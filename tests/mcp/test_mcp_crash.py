@@ -63,13 +63,7 @@ def started(db: Path) -> bool:
 
 
 def test_kill_9_during_an_mcp_write_then_resume_asks_a_human(tmp_path: Path) -> None:
-    first = child(tmp_path, "run")
-    deadline = time.monotonic() + 60
-    while not started(tmp_path / "runs.db"):  # the write's started marker is saved
-        assert time.monotonic() < deadline and first.poll() is None, first.communicate()
-        time.sleep(0.05)
-    os.killpg(first.pid, signal.SIGKILL)  # the process and the server it started
-    first.communicate()
+    killed_during_the_write(tmp_path, "unchecked")
     second = child(tmp_path, "resume")
     out, err = second.communicate(timeout=120)
     assert second.returncode == 0, err
