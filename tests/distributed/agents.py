@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from orchestra import Agent, Limits, ToolContext, catalog, tool
+from orchestra import Agent, Limits, Reconciled, ToolContext, catalog, tool
 from orchestra.testing import scan_archive as canned_scan
 
 SANDBOX = Path(os.environ.get("ORCHESTRA_TEST_SANDBOX", "."))
@@ -55,6 +55,42 @@ async def _held_at_gate() -> None:
     # Another process opens it: no trio.Event can cross that boundary, so poll.
     while gate and await trio.Path(gate).exists():  # noqa: ASYNC110
         await trio.sleep(0.05)
+
+
+def _journaled(arguments: Any, key: str) -> Reconciled:
+    """Whether a plain scan's effect is in the journal (its reconcile hook)."""
+    journal = Path(os.environ["ORCHESTRA_TEST_JOURNAL"])
+    if journal.exists() and key in journal.read_text().split():
+        return Reconciled.done(f"Scanned for {arguments['query']!r}: journaled (found).")
+    return Reconciled.not_done()
+
+
+@tool(name="scan_archive", reconcile=_journaled)
+async def reconciled_scan(query: str, ctx: ToolContext, seconds: float = 3.0) -> str:
+    """Scan the archive and journal the finding (a slow plain write whose outcome
+    the journal tells).
+
+    Args:
+        query: the text to look for.
+        seconds: how long the scan takes.
+    """
+    await trio.sleep(seconds)
+    await _held_at_gate()
+    async with await trio.Path(os.environ["ORCHESTRA_TEST_JOURNAL"]).open("a") as f:
+        await f.write(f"{ctx.idempotency_key}\n")
+    return f"Scanned for {query!r}: 1 match in errors.log; journaled."
+
+
+def reconciled_tree() -> Agent:
+    """As :func:`journal_tree`, its researchers' write plain, with a reconcile hook."""
+    researcher = Agent(
+        name="researcher",
+        model="researcher",
+        instructions="You are a researcher.",
+        tools=(reconciled_scan,),
+        limits=Limits(max_turns=4, max_budget_usd=0.01),
+    )
+    return _slow_tree_parent(researcher, Limits(max_turns=40, max_budget_usd=0.2))
 
 
 def journal_tree() -> Agent:

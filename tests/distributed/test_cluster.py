@@ -55,15 +55,17 @@ JOURNAL_TREE = "tests.distributed.agents:journal_tree"
 
 
 @contextmanager
-def _six_children_writing(cluster: Cluster, gate: Path) -> Iterator[str]:
+def _six_children_writing(
+    cluster: Cluster, gate: Path, reference: str = JOURNAL_TREE
+) -> Iterator[str]:
     """Submit the journal tree with six children; its root id once each child is
     inside its write (its first model call made), held there (``gate``) until
     the block ends: on a loaded machine the first child could otherwise end
     its 3 s write before the last one starts."""
     gate.touch()
-    agent = agent_of_reference(JOURNAL_TREE)
+    agent = agent_of_reference(reference)
     task = "Scan the archives, children=6."
-    root = submit(cluster, agent, task, metadata={AGENTS_KEY: JOURNAL_TREE})
+    root = submit(cluster, agent, task, metadata={AGENTS_KEY: reference})
 
     def writing() -> bool:
         kids = _children(cluster, root)
@@ -207,6 +209,28 @@ def test_a_stopped_workers_runs_complete_elsewhere_with_each_write_once(
     calls = Counter((row["run_id"], row["turn"]) for row in spend)
     assert max(calls.values()) == 1, calls
     assert not any(row["lost"] for row in spend)
+
+
+def test_a_killed_workers_plain_writes_are_reconciled_elsewhere_not_asked(
+    pg_url: str, tmp_path: Path, env: dict[str, str]
+) -> None:
+    reference = "tests.distributed.agents:reconciled_tree"
+    with workers(pg_url, tmp_path, 3, env) as pool, Cluster(pg_url) as cluster:
+        with _six_children_writing(cluster, tmp_path / "gate", reference) as root:
+            ran_on = executors(cluster, root)
+            kids = _children(cluster, root)
+            victim = Counter(ran_on[k.run_id] for k in kids).most_common(1)[0][0]
+            assert victim is not None
+            pool.kill(victim, signal.SIGKILL)  # its writes are in doubt
+        wait_until(lambda: finished(cluster, root), TREE_S, "the tree after the kill")
+        states = cluster.store.tree(root)
+        reconciled = [
+            e for e in cluster.store.events(root_id=root) if e["type"] == "tool_reconciled"
+        ]
+    # no human asked: the journal told each write in doubt whether it had happened
+    assert {s.status for s in states} == {Status.COMPLETED}, [(s.run_id, s.reason) for s in states]
+    assert reconciled and {e["outcome"] for e in reconciled} <= {"done", "not_done"}
+    _assert_each_write_once(tmp_path / "journal")
 
 
 def test_an_approval_on_one_worker_is_continued_by_any(
