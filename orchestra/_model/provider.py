@@ -216,7 +216,8 @@ def default_base_url(api_key: str | None = None) -> str | None:
 
 def openai_endpoint(base_url: str | None, api_key: str | None) -> tuple[str, str]:
     """The base URL and key of an OpenAI API client: those given, else the
-    environment's (see :func:`default_base_url`; ``$OPENAI_API_KEY``).
+    environment's (see :func:`default_base_url`; ``$OPENAI_API_KEY``). The key
+    goes as a bearer token (:func:`bearer`).
 
     Raises:
         ConfigError: no endpoint given, set, or implied by a key.
@@ -228,6 +229,11 @@ def openai_endpoint(base_url: str | None, api_key: str | None) -> tuple[str, str
             "for OpenAI's API"
         )
     return url, api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
+
+
+def bearer(key: str) -> dict[str, str]:
+    """The ``Authorization`` header of an OpenAI API client (none without a key)."""
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 _KNOWN_HOSTS = {  # host suffix -> gen_ai.provider.name (the conventions' well-known values)
@@ -487,7 +493,7 @@ class OpenAIProvider(HTTPProvider):
         super().__init__(
             base_url=url,
             key=key,
-            headers={"Authorization": f"Bearer {key}"} if key else {},
+            headers=bearer(key),
             timeout=timeout,
             transport=transport,
             max_connections=max_connections,

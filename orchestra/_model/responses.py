@@ -35,6 +35,7 @@ from .provider import (
     DEFAULT_MAX_CONNECTIONS,
     ChatRequest,
     HTTPProvider,
+    bearer,
     openai_endpoint,
     provider_name_for,
     sendable,
@@ -75,7 +76,7 @@ class ResponsesProvider(HTTPProvider):
         super().__init__(
             base_url=url,
             key=key,
-            headers={"Authorization": f"Bearer {key}"} if key else {},
+            headers=bearer(key),
             timeout=timeout,
             transport=transport,
             max_connections=max_connections,

@@ -67,25 +67,19 @@ class ProviderOptions:
             from .._exceptions import ConfigError
 
             raise ConfigError("no model endpoint: no base URL and no scripted server")
-        if self.wire == "responses":
-            return ResponsesProvider(
+        if self.wire == "chat":
+            return OpenAIProvider(
                 base_url=url,
                 api_key=key or None,
                 timeout=self.timeout,
+                recover_tool_calls=self.recover_tool_calls,
                 provider_name=self.provider_name,
             )
-        if self.wire == "anthropic":
-            return AnthropicProvider(
-                base_url=url,
-                api_key=key or None,
-                timeout=self.timeout,
-                provider_name=self.provider_name,
-            )
-        return OpenAIProvider(
+        make = ResponsesProvider if self.wire == "responses" else AnthropicProvider
+        return make(
             base_url=url,
             api_key=key or None,
             timeout=self.timeout,
-            recover_tool_calls=self.recover_tool_calls,
             provider_name=self.provider_name,
         )
 
