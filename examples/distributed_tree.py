@@ -1,6 +1,9 @@
 """Claim: a run tree spread over three worker processes keeps its promises.
 
-Starts three ``orchestra worker`` processes on one PostgreSQL database, then:
+Starts three ``orchestra worker`` processes on one PostgreSQL database, each
+with room for two children inline (``--inline-children 2``: executed inside
+their parent's step, as embedded; the default is 64), so a tree of six
+children runs two beside its root and queues four for any worker. Then:
 
 1. a research tree of 1 parent + 6 children (``slow_tree``; each child spends
    within a $0.01 budget): on how many workers the children ran, the tree's
@@ -135,6 +138,8 @@ def workers(url: str, logs: Path) -> Iterator[dict[str, subprocess.Popen[bytes]]
                         "3",
                         "--dead-after",
                         "5",  # quick to declare the killed worker dead (default 10 s)
+                        "--inline-children",
+                        "2",  # two beside the root, the rest queued: the tree spreads
                     ],
                     cwd=ROOT,
                     stdout=log,
@@ -206,8 +211,13 @@ def describe(cluster: Cluster, procs: dict[str, subprocess.Popen[bytes]], logs: 
 
 
 def executors(cluster: Cluster, root_id: str) -> dict[str, str]:
+    """The worker that last executed each run (a child inline: its parent's)."""
     with cluster.store.transaction() as conn:
-        rows = conn.execute("SELECT run_id, executor FROM runs WHERE root_id = %s", (root_id,))
+        rows = conn.execute(
+            "SELECT r.run_id, COALESCE(s.executor, r.executor) FROM runs r"
+            " LEFT JOIN runs s ON s.run_id = r.step_of WHERE r.root_id = %s",
+            (root_id,),
+        )
         return dict(rows.fetchall())
 
 

@@ -82,6 +82,14 @@ def console_command(port: int, store_path: str | None) -> None:
     help="Runs executed here at once.",
 )
 @click.option(
+    "--inline-children",
+    type=count(100_000, 0),
+    default=64,
+    show_default=True,
+    help="Child runs executed inside their parent's step here at once; more are queued "
+    "for any worker (0: all).",
+)
+@click.option(
     "--base-url",
     default=None,
     metavar="URL",
@@ -110,6 +118,7 @@ def worker_command(
     database: str,
     executor_id: str | None,
     concurrency: int,
+    inline_children: int,
     base_url: str | None,
     dead_after_s: float,
     wait_for_db_s: float,
@@ -130,7 +139,16 @@ def worker_command(
         raise CommandError(f"the worker needs {problem}")
     if not is_database(database):
         raise CommandError(f"--store must be a postgresql:// URL, got {database!r}")
-    run_worker(database, executor_id, concurrency, base_url, api_key, dead_after_s, wait_for_db_s)
+    run_worker(
+        database,
+        executor_id=executor_id,
+        concurrency=concurrency,
+        inline_children=inline_children,
+        base_url=base_url,
+        api_key=api_key,
+        dead_after_s=dead_after_s,
+        wait_for_db_s=wait_for_db_s,
+    )
 
 
 @click.group("mcp")

@@ -183,7 +183,8 @@ def result_of(run: LiveRun) -> RunResult:
 class Children(Protocol):
     """Where a host's child runs execute: what :func:`spawn_child` leaves to it.
 
-    In this process (:data:`IN_PROCESS`, the default) or queued to workers
+    In this process (:data:`IN_PROCESS`, the default), inline in a worker's step
+    (:class:`~orchestra.distributed._host.Inline`) or queued to workers
     (:class:`~orchestra.distributed._host.OnWorkers`); either way a child is
     bound to its parent's call by the one path in :func:`spawn_child`.
     """
@@ -216,7 +217,9 @@ class Children(Protocol):
 
     async def run(self, child: LiveRun) -> None:
         """Run ``child`` to its end if it is going on or interrupted (``child.state``
-        is then its end); a finished one is left as it is."""
+        is then its end); a finished one is left as it is. In this process, it
+        holds one of its parent's ``max_concurrent_children`` slots meanwhile and
+        gives back what its share did not spend."""
         ...
 
 
@@ -246,9 +249,13 @@ class _InProcess:
             parent.checkpoint()
 
     async def run(self, child: LiveRun) -> None:
+        parent = child.parent
+        assert parent is not None
         if child.state.status in (Status.RUNNING, Status.INTERRUPTED):
-            reopen(child, None, "")
-            await execute(child)
+            async with running_slot(parent):
+                reopen(child, None, "")
+                await execute(child)
+        give_back(parent, child)
 
 
 @contextlib.asynccontextmanager
@@ -296,12 +303,7 @@ async def spawn_child(
             child = LiveRun(state=state, agent=agent, runner=runner, parent=parent)
             await where.open(parent, child, bind=child_id is None)
     parent.children.append(child)
-    if where is IN_PROCESS:
-        async with running_slot(parent):
-            await where.run(child)
-        give_back(parent, child)
-    else:
-        await where.run(child)
+    await where.run(child)
     return child_answer(child)
 
 

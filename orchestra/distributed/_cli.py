@@ -54,8 +54,10 @@ def missing() -> str | None:
 
 def run_worker(
     database: str,
+    *,
     executor_id: str | None,
     concurrency: int,
+    inline_children: int,
     base_url: str | None,
     api_key: str,
     dead_after_s: float,
@@ -78,6 +80,7 @@ def run_worker(
     options: dict[str, Any] = {
         "database": database,
         "concurrency": concurrency,
+        "inline_children": inline_children,
         "dead_after_s": dead_after_s,
         "wait_for_db_s": wait_for_db_s,
         "heartbeat_s": min(1.0, dead_after_s / 4),

@@ -271,16 +271,21 @@ class DBOSQueue:
         """Queue ``run_id``'s current attempt (a no-op if it is queued or ran already)."""
         await in_thread(self.enqueue_now, run_id)
 
-    def unfinished(self, workflow_ids: list[str]) -> set[str]:
-        """Those of ``workflow_ids`` that are queued or executing (blocking); a
-        workflow that ended, or that DBOS never had, is not."""
+    def unfinished(self, workflow_ids: list[str]) -> dict[str, str | None]:
+        """Those of ``workflow_ids`` that are queued or executing (blocking), each
+        with the worker executing it (None: queued); a workflow that ended, or
+        that DBOS never had, is not."""
         try:
             found = self._client.list_workflows(
                 workflow_ids=workflow_ids, load_input=False, load_output=False
             )
         except Exception as exc:  # DBOS's own database errors, mapped at this boundary
             _raise_mapped(exc, "cannot read workflows")
-        return {w.workflow_id for w in found if w.status in _LIVE}
+        return {
+            w.workflow_id: w.executor_id if w.status == "PENDING" else None
+            for w in found
+            if w.status in _LIVE
+        }
 
     def cancel(self, workflow_ids: list[str]) -> None:
         """Take workflows off the queue, in one statement (blocking; those running

@@ -1,11 +1,20 @@
-"""A worker's runner: child runs go to the queue, budgets through the ledger.
+"""A worker's runner: child runs inline or queued, budgets through the ledger.
 
 Embedded, an agent tool's child run executes inside its parent's tool call,
 in the same process. On a worker it is *bound* to its parent's call the same
-way (binding saved with the parent before the child exists), its limits are
-carved from what the parent has left inside one ledger transaction (the
-parent's row locked), and then it is queued: any worker may take it.
+way (binding saved with the parent before the child exists) and its limits
+are carved from what the parent has left inside one ledger transaction (the
+parent's row locked). Then, while the worker has room (``--inline-children``
+children executing inline at once), it executes **inline**, as embedded:
+inside its parent's step, under its parent's claim (every save of it is
+fenced by that claim), with no workflow, queue, claim or park of its own
+(:class:`Inline`). Its row names the run whose step executes it
+(:meth:`PostgresStore.mark_inline`), so the sweep leaves it to that run and
+a cancel finds it; if the worker dies, whoever takes the parent up runs the
+parent's call again, finds the binding and goes on with the child inline
+(its lost call charged, as any run taken up).
 
+Without room, it is queued (:class:`OnWorkers`): any worker may take it.
 The parent does not wait for it holding a worker slot: its call raises
 :class:`~orchestra._core.run.ChildPending`, the call stays pending and the parent
 *parks* (its workflow ends; see :meth:`PostgresStore.park`). When its last
@@ -32,7 +41,7 @@ import trio
 
 from .._agent import Agent
 from .._core.dispatch import may_park
-from .._core.execute import carve_child, reopen_state, spawn_child
+from .._core.execute import IN_PROCESS, carve_child, reopen_state, spawn_child
 from .._core.run import ChildPending, LiveRun
 from .._events import EventRecord
 from .._exceptions import LeaseLost, RunNotFound, StoreUnreachable
@@ -55,7 +64,7 @@ from ._threads import (
 if TYPE_CHECKING:
     from ._pgstore import PostgresStore
 
-__all__ = ["RunQueue", "WorkerRunner"]
+__all__ = ["InlineRoom", "RunQueue", "WorkerRunner", "settle_lost"]
 
 WAIT_POLL_S = 0.05
 """How often a parent waiting in its step for a child (a plain write's: see
@@ -68,6 +77,46 @@ class RunQueue(Protocol):
     async def enqueue(self, run_id: str) -> None:
         """Queue ``run_id``'s current attempt (a no-op if it is already queued or running)."""
         ...
+
+
+@attrs.define(kw_only=True, eq=False)
+class InlineRoom:
+    """How many child runs a worker executes inline at once, at most (beyond
+    that, new children are queued: any worker may take them)."""
+
+    limit: int
+    used: int = 0
+
+    def take(self) -> bool:
+        """Take a place if there is one; whether it did."""
+        if self.used >= self.limit:
+            return False
+        self.used += 1
+        return True
+
+    def hold(self) -> None:
+        """Take a place even past the limit (a child that can execute nowhere else)."""
+        self.used += 1
+
+    def give(self) -> None:
+        self.used -= 1
+
+
+async def settle_lost(live: LiveRun) -> None:
+    """Charge a call of ``live`` whose outcome was never recorded (its worker
+    died mid-call), at its reservation, saying so; load its lineage's numbers
+    from the ledger either way (see :meth:`PostgresLedger.settle_lost`). For a
+    run taken up: none of its calls is in flight."""
+    ledger = live.runner.ledger
+    assert isinstance(ledger, PostgresLedger)
+    lost = await ledger.settle_lost(live)
+    if lost is not None:
+        live.emit(
+            "lost_call",
+            cost_usd=lost.cost_usd,
+            message="a model call whose outcome was never recorded (its worker died, "
+            "or the database was away); charged at its reservation",
+        )
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -126,6 +175,8 @@ class WorkerRunner(Runner):
     (its keeper a :class:`WorkerKeeper`)."""
 
     queue: RunQueue
+    room: InlineRoom = attrs.field(factory=lambda: InlineRoom(limit=0))
+    """This worker's room for children executed inline (shared by its runners)."""
     keeper: WorkerKeeper = attrs.field(init=False)
     KEEPER: ClassVar[type[TreeKeeper]] = WorkerKeeper
 
@@ -138,11 +189,40 @@ class WorkerRunner(Runner):
         *,
         limits: Limits | None = None,
     ) -> str:
-        """Bind, carve, queue and await a child run of ``parent``; its answer (the
-        one path of :func:`~orchestra._core.execute.spawn_child`, children on workers)."""
-        return await spawn_child(
-            self, parent, call_id, agent, task, limits=limits, where=OnWorkers(self)
-        )
+        """Bind, carve and run a child of ``parent`` inline, or queue and await it;
+        its answer (the one path of :func:`~orchestra._core.execute.spawn_child`).
+
+        A new child runs inline if this worker has room; a bound one (its parent
+        taken up again) where it ran: inline if its row says so, else queued.
+        """
+        bound = parent.state.children.get(call_id)
+        inline = await self._inline(bound)
+        if not inline:
+            return await spawn_child(
+                self, parent, call_id, agent, task, limits=limits, where=OnWorkers(self)
+            )
+        try:
+            return await spawn_child(
+                self, parent, call_id, agent, task, limits=limits, where=Inline(self)
+            )
+        finally:
+            self.room.give()
+
+    async def _inline(self, bound: str | None) -> bool:
+        """Whether the child (``bound``: its id if it exists) runs inline here;
+        if so it holds a place in :attr:`room` (a bound child marked inline
+        takes one even past the limit: it cannot move)."""
+        if bound is not None:
+            try:
+                step_of = await in_thread(self._store.step_of, bound)
+            except RunNotFound:
+                step_of = None  # bound, never saved: made again, as a new one
+            else:
+                if step_of is None:
+                    return False
+                self.room.hold()
+                return True
+        return self.room.take()
 
     async def _reopened(self, state: RunState) -> RunState:
         """A child interrupted earlier (e.g. for an approval), running again, re-queued."""
@@ -173,6 +253,49 @@ class WorkerRunner(Runner):
     def _store(self) -> PostgresStore:
         """The store, as the PostgreSQL store it is on a worker."""
         return cast("PostgresStore", self.store)
+
+
+@attrs.define(eq=False)
+class Inline:
+    """A child executed inside its parent's step, as embedded (see the module):
+    carved and opened as a queued one, marked as its parent's, then driven here."""
+
+    runner: WorkerRunner
+    _queued: OnWorkers = attrs.field(init=False)
+    _reattached: bool = attrs.field(default=False, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._queued = OnWorkers(self.runner)
+
+    def admission(
+        self, parent: LiveRun, call_id: str
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        return IN_PROCESS.admission(parent, call_id)  # a slot is held as it runs
+
+    async def carve(
+        self, parent: LiveRun, call_id: str, child: RunState, agent: Agent
+    ) -> Limits | str:
+        return await self._queued.carve(parent, call_id, child, agent)
+
+    async def reattach(self, parent: LiveRun, child_id: str, agent: Agent) -> LiveRun | None:
+        child = await self._queued.reattach(parent, child_id, agent)
+        self._reattached = child is not None
+        return child
+
+    async def open(self, parent: LiveRun, child: LiveRun, *, bind: bool) -> None:
+        await self._queued.open(parent, child, bind=bind)
+        fence = step_fence()
+        assert fence is not None
+        await in_thread(self.runner._store.mark_inline, child.state.run_id, fence)
+
+    async def run(self, child: LiveRun) -> None:
+        """Drive ``child`` here if it is going on or interrupted (taken up again:
+        its lost call charged first), holding one of its parent's slots."""
+        if child.state.status not in (Status.RUNNING, Status.INTERRUPTED):
+            return
+        if self._reattached:
+            await settle_lost(child)
+        await IN_PROCESS.run(child)
 
 
 _STARTING: weakref.WeakKeyDictionary[LiveRun, trio.Lock] = weakref.WeakKeyDictionary()

@@ -9,7 +9,9 @@ Store schema versions (of the tables, not of the run states inside them):
    and are indexed by parent;
 5. indexes for the workers' frequent queries: the running runs (the sweep)
    and the ledger's rows by tree (a root's reconcile), so neither reads the
-   finished runs.
+   finished runs;
+6. runs record the run whose step executes them (``step_of``: a child run
+   executed inline, inside its parent's step, holding no workflow of its own).
 
 A database of an older version is migrated in place (each step from its
 version on, in one transaction under the caller's lock); a newer or unknown
@@ -25,7 +27,7 @@ from .._state import Status
 
 __all__ = ["PG_SCHEMA_VERSION", "create_or_migrate"]
 
-PG_SCHEMA_VERSION = 5
+PG_SCHEMA_VERSION = 6
 """Version of the tables' layout (not of the run states inside them)."""
 
 # Ids compare byte by byte ("C"), as in SQLite: the same order everywhere, and
@@ -57,6 +59,10 @@ _RUNNING_INDEX = (
 Queries that are to use it name the status as this literal, not as a
 parameter: a generic plan cannot prove a parameter matches the predicate."""
 
+_STEP_OF = 'ALTER TABLE runs ADD COLUMN IF NOT EXISTS step_of TEXT COLLATE "C"'
+"""A child executed inside its parent's step (see :class:`~._host.Inline`) names
+the run whose claim covers it; NULL for a run that steps on its own."""
+
 _TABLES = (
     """CREATE TABLE runs (
         run_id TEXT COLLATE "C" PRIMARY KEY,
@@ -71,7 +77,8 @@ _TABLES = (
         executor TEXT,
         attempt INTEGER NOT NULL DEFAULT 0,
         epoch BIGINT NOT NULL DEFAULT 0,
-        parked BOOLEAN NOT NULL DEFAULT false
+        parked BOOLEAN NOT NULL DEFAULT false,
+        step_of TEXT COLLATE "C"
     )""",
     "CREATE INDEX runs_root_id ON runs (root_id)",
     *_PARKING[1:],
@@ -127,6 +134,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             END IF;
         END $$""",
     ),
+    5: (_STEP_OF,),
 }
 """The statements that take a database from each version to the next."""
 

@@ -93,6 +93,18 @@ _SELECT_STATES = """
     )
     FROM runs r WHERE """
 
+_IN_A_RUNNING_STEP = (
+    "EXISTS (SELECT 1 FROM runs s WHERE s.run_id = r.step_of"
+    f" AND s.status = '{Status.RUNNING.value}')"
+)
+"""The run ``r`` executes inside the step of a run still going on (see
+:meth:`PostgresStore.mark_inline`)."""
+_UNCLAIMED = (
+    " AND executor IS NULL AND NOT EXISTS (SELECT 1 FROM runs s WHERE s.run_id = r.step_of"
+    f" AND s.status = '{Status.RUNNING.value}' AND s.executor IS NOT NULL)"
+)
+"""Runs of a tree that no worker executes: queued or parked, and those executed
+inside the step of a run that no worker executes now."""
 _UPDATE_HEAD = "UPDATE runs SET status = %s, updated_at = %s, state = %s WHERE run_id = %s"
 _STOP_HEAD = """
     UPDATE runs SET status = %s, updated_at = %s, state = %s, epoch = epoch + 1, parked = false
@@ -286,7 +298,7 @@ class PostgresStore(SQLStore):
         Returns:
             The ids of the runs stopped, in id order.
         """
-        return self._stop_running(root_id, reason, " AND executor IS NULL")
+        return self._stop_running(root_id, reason, _UNCLAIMED)
 
     def stop_running(self, root_id: str, reason: str) -> list[str]:
         """Stop in the database every run of the tree ``root_id`` still running,
@@ -307,7 +319,7 @@ class PostgresStore(SQLStore):
                 run_id
                 for (run_id,) in self.lock_rows(
                     conn,
-                    "SELECT run_id FROM runs WHERE root_id = %s AND status = %s"
+                    "SELECT run_id FROM runs r WHERE root_id = %s AND status = %s"
                     f"{which} ORDER BY run_id FOR UPDATE",
                     (root_id, Status.RUNNING.value),
                 )
@@ -356,8 +368,8 @@ class PostgresStore(SQLStore):
         """
         with self._transaction(f"requeue run {run_id!r}") as conn:
             row = conn.execute(
-                "UPDATE runs SET attempt = attempt + 1, executor = NULL, parked = false"
-                " WHERE run_id = %s RETURNING attempt",
+                "UPDATE runs SET attempt = attempt + 1, executor = NULL, parked = false,"
+                " step_of = NULL WHERE run_id = %s RETURNING attempt",
                 (run_id,),
             ).fetchone()
         if row is None:
@@ -370,7 +382,7 @@ class PostgresStore(SQLStore):
         """
         with self._transaction(f"requeue run {run_id!r}") as conn:
             row = conn.execute(
-                "UPDATE runs SET attempt = attempt + 1, executor = NULL"
+                "UPDATE runs SET attempt = attempt + 1, executor = NULL, step_of = NULL"
                 " WHERE run_id = %s AND attempt = %s AND status = %s AND NOT parked"
                 " RETURNING attempt",
                 (run_id, attempt, Status.RUNNING.value),
@@ -378,12 +390,13 @@ class PostgresStore(SQLStore):
         return None if row is None else int(row[0])
 
     def stale_running(self, before: float) -> list[tuple[str, int]]:
-        """Runs saved ``running`` and not saved since ``before``, not parked: (run
-        id, attempt)."""
+        """Runs saved ``running`` and not saved since ``before``, not parked, and
+        not executed inside the step of a running run (whoever steps that run
+        goes on with them): (run id, attempt)."""
         rows = self._read(
             "find runs that stopped moving",
-            f"SELECT run_id, attempt FROM runs WHERE status = '{Status.RUNNING.value}'"
-            " AND updated_at < %s AND NOT parked ORDER BY run_id",
+            f"SELECT run_id, attempt FROM runs r WHERE status = '{Status.RUNNING.value}'"
+            f" AND updated_at < %s AND NOT parked AND NOT {_IN_A_RUNNING_STEP} ORDER BY run_id",
             before,
         )
         return [(str(run_id), int(attempt)) for run_id, attempt in rows]
@@ -454,6 +467,27 @@ class PostgresStore(SQLStore):
             Status.RUNNING.value,
         )
         return [str(run_id) for (run_id,) in rows]
+
+    def mark_inline(self, run_id: str, fence: Fence) -> None:
+        """Record that ``run_id`` executes inside the step holding ``fence`` (a
+        claim on one of its ancestors): no workflow of its own; it goes on
+        wherever that run is taken up (see :class:`~._host.Inline`).
+
+        Raises:
+            LeaseLost: the claim was taken over (nothing was written).
+        """
+        with self._transaction(f"mark run {run_id!r} inline") as conn:
+            self._check_fence(conn, fence)
+            conn.execute("UPDATE runs SET step_of = %s WHERE run_id = %s", (fence.key, run_id))
+
+    def step_of(self, run_id: str) -> str | None:
+        """The run inside whose step ``run_id`` executes (None: it steps on its own).
+
+        Raises:
+            RunNotFound: no run with this id.
+        """
+        found = self._column("step_of", run_id)
+        return None if found is None else str(found)
 
     def parked(self, run_id: str) -> bool:
         """Whether ``run_id`` is parked (waiting for its children).

@@ -54,7 +54,7 @@ from .._recipes.recipe import Recipe
 from .._state import RunState, Status
 from .._stores.fence import Fence
 from . import _dbos
-from ._host import WorkerRunner
+from ._host import InlineRoom, WorkerRunner, settle_lost
 from ._ledger import PostgresLedger
 from ._notify import EventPublisher, create_schema
 from ._pgstore import PostgresStore
@@ -139,6 +139,10 @@ class Worker:
     database: str
     executor_id: str = attrs.field(factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     concurrency: int = 4
+    inline_children: int = 64
+    """Child runs this worker executes inline (inside their parent's step, as
+    embedded) at once, at most; beyond that they are queued (``--inline-children``;
+    0: every child queued, for any worker to take)."""
     base_url: str | None = None
     """Where runs submitted from Python ask their model (None: the embedded
     scripted provider, as ``orchestra demo``)."""
@@ -163,6 +167,7 @@ class Worker:
     _taken: set[str] = attrs.field(factory=set, init=False)
     _cancels: dict[str, str] = attrs.field(factory=dict, init=False)
     _launched: bool = attrs.field(default=False, init=False)
+    _room: InlineRoom = attrs.field(init=False)
     _steps: set[Step] = attrs.field(factory=set, init=False)
     """The steps executing here now."""
     _publisher: EventPublisher | None = attrs.field(default=None, init=False)
@@ -220,6 +225,9 @@ class Worker:
             # threads) and closes its providers before the process exits
             with trio.CancelScope(shield=True):
                 await self._close()
+
+    def __attrs_post_init__(self) -> None:
+        self._room = InlineRoom(limit=self.inline_children)
 
     def _open(self) -> None:
         """Open the store and ledger; make this worker's tables and row (blocking).
@@ -325,7 +333,7 @@ class Worker:
             live = await self._live(state)
             # No call of the run is in flight: any hold is stale. The lineage's
             # numbers are loaded from the ledger in the same transaction.
-            await self._settle_lost(live)
+            await settle_lost(live)
         except (ConfigError, StateError) as exc:  # cannot be rebuilt here: fails, as data
             return await self._fail(state, f"the worker cannot execute this run: {exc}")
         assert isinstance(live.runner, WorkerRunner)
@@ -430,7 +438,7 @@ class Worker:
 
     async def _live(self, state: RunState) -> LiveRun:
         """The run, live, under snapshots of its ancestors (their numbers are loaded
-        from the ledger next, by :meth:`_settle_lost`)."""
+        from the ledger next, by :func:`~._host.settle_lost`)."""
         lineage: list[RunState] = []
         parent_id = state.parent_id
         while parent_id is not None:
@@ -455,17 +463,6 @@ class Worker:
         node = LiveRun(state=state, agent=agent, runner=runner, parent=parent)
         node.deadline = trio_deadline(node)
         return node
-
-    async def _settle_lost(self, live: LiveRun) -> None:
-        assert self._ledger is not None
-        lost = await self._ledger.settle_lost(live)
-        if lost is not None:
-            live.emit(
-                "lost_call",
-                cost_usd=lost.cost_usd,
-                message="a model call whose outcome was never recorded (its worker died, "
-                "or the database was away); charged at its reservation",
-            )
 
     def _cancel_of(self, live: LiveRun) -> str | None:
         for node in live.lineage():
@@ -520,6 +517,7 @@ class Worker:
                 queue=self._queue,
                 ledger=self._ledger,
                 owner=self.executor_id,
+                room=self._room,
             )
             self._runners[calls.key] = runner
         return runner
@@ -618,12 +616,29 @@ class Worker:
         if not runs:
             return moved
         unfinished = self._queue.unfinished([_dbos.workflow_id(run_id, n) for run_id, n in runs])
+        self._recover_orphans(set(unfinished.values()) - {None})
         for run_id, attempt in runs:
             if _dbos.workflow_id(run_id, attempt) in unfinished:
                 continue
             if self._store.requeue_if(run_id, attempt) is not None:
                 moved.append(self._queued_again(run_id, "was left running with no workflow"))
         return moved
+
+    def _recover_orphans(self, holders: set[str | None]) -> None:
+        """Have the workflows of ``holders`` that have no row in ``workers`` queued
+        again: a worker declared dead whose DBOS took a workflow from the queue
+        after its peers had recovered its others (it woke from a freeze and
+        dequeued before it exited), or whose recovery met a database outage."""
+        if not holders:
+            return
+        with self._store.transaction() as conn:
+            alive = {row[0] for row in conn.execute("SELECT executor FROM workers")}
+        gone = sorted(str(h) for h in holders - alive)
+        if gone and _dbos.recover(gone):
+            sys.stderr.write(
+                f"worker {self.executor_id}: workflows held by {', '.join(gone)} (no longer "
+                "alive) queued again\n"
+            )
 
     def _wake_lost(self) -> list[str]:
         """Queue again the parked runs whose children all ended but whose wake

@@ -88,13 +88,21 @@ class Workers:
 
 @contextmanager
 def workers(
-    url: str, logs: Path, count: int, env: dict[str, str], concurrency: int = 3
+    url: str,
+    logs: Path,
+    count: int,
+    env: dict[str, str],
+    concurrency: int = 3,
+    inline: int | None = None,
 ) -> Iterator[Workers]:
-    """``count`` ready workers (w1…), stopped after the block; DBOS's database dropped."""
+    """``count`` ready workers (w1…), stopped after the block; DBOS's database dropped.
+
+    ``inline``: their ``--inline-children`` (None: the default)."""
     pool = Workers(url, logs, env)
+    options = () if inline is None else ("--inline-children", str(inline))
     try:
         for i in range(1, count + 1):
-            pool.start(f"w{i}", concurrency)
+            pool.start(f"w{i}", concurrency, *options)
         pool.wait_ready()
         yield pool
     finally:
@@ -120,13 +128,28 @@ def wait_until(check: Any, timeout: float, what: str) -> Any:
         time.sleep(0.02)
 
 
+EXECUTORS = """
+    SELECT r.run_id, COALESCE(s.executor, r.executor) FROM runs r
+    LEFT JOIN runs s ON s.run_id = r.step_of WHERE r.root_id = %s
+"""
+"""Each run of a tree and the worker that last executed it (a run executed
+inline: the worker of the run whose step executes it)."""
+
+
 def executors(cluster: Cluster, root_id: str) -> dict[str, str | None]:
     """The worker that last executed each run of the tree."""
     with cluster.store.transaction() as conn:
-        rows = conn.execute(
-            "SELECT run_id, executor FROM runs WHERE root_id = %s", (root_id,)
-        ).fetchall()
+        rows = conn.execute(EXECUTORS, (root_id,)).fetchall()
     return dict(rows)
+
+
+def inline_runs(cluster: Cluster, root_id: str) -> set[str]:
+    """The runs of the tree executed inline (inside another run's step)."""
+    with cluster.store.transaction() as conn:
+        rows = conn.execute(
+            "SELECT run_id FROM runs WHERE root_id = %s AND step_of IS NOT NULL", (root_id,)
+        ).fetchall()
+    return {row[0] for row in rows}
 
 
 def in_tool(cluster: Cluster, root_id: str, tool: str) -> set[str]:

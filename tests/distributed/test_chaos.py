@@ -4,7 +4,8 @@ database restarts and trees are cancelled; then check every promise.
 Seeded (``ORCHESTRA_CHAOS_SEED``, default 27): the trees (idempotent or plain
 writes, 2 or 3 children), which worker each fault hits (one inside a write)
 and when the cancels come are drawn from it. The first seven trees come at once,
-more than the three workers' six slots. Faults, in a drawn order: two
+more than the three workers' six slots; each worker has room for one child
+inline, so trees run children both inline and queued. Faults, in a drawn order: two
 SIGKILLs of a worker inside a write, two SIGSTOPs past ``--dead-after``
 then SIGCONT (the worker, declared dead, must stop before touching anything),
 one PostgreSQL restart; three trees are cancelled, one while a worker is
@@ -41,7 +42,14 @@ from typing import Any
 
 import psycopg
 import pytest
-from distributed_support import DEAD_AFTER_S, Workers, postgres_tool, wait_until, workers
+from distributed_support import (
+    DEAD_AFTER_S,
+    Workers,
+    inline_runs,
+    postgres_tool,
+    wait_until,
+    workers,
+)
 
 from orchestra import Status, StoreUnreachable
 from orchestra.distributed import AGENTS_KEY, Cluster, cancel_tree, ledger_rows, submit
@@ -55,6 +63,10 @@ CONCURRENCY = 2
 BURST = 7
 """Trees submitted at once before the first fault: more roots than the cluster
 has slots (a parent waiting for its children holds none, so none deadlocks)."""
+INLINE = 1
+"""Children a worker executes inline at once: trees of 2 or 3 children run
+some inline (dying, freezing and cancelled with their parent's step) and
+queue the rest (each on a workflow of its own), so both kinds meet every fault."""
 SETTLE_S = 180.0
 SLOW_CANCEL_S = (2.0, 10.0)
 """When a cancel still going is looked at (its promise is 1 s)."""
@@ -130,7 +142,7 @@ class Chaos:
     def replace(self) -> None:
         self.spare += 1
         name = f"w{self.spare}"
-        self.pool.start(name, 6)
+        self.pool.start(name, 6, "--inline-children", str(INLINE))
         self.pool.wait_ready(name)
 
     def kill(self) -> None:
@@ -273,8 +285,30 @@ def _settle(cluster: Cluster, roots: list[str]) -> None:
                 for n in [cluster.store.attempt(s.run_id)]
                 for wf in [cluster.queue.unfinished([workflow_id(s.run_id, n)])]
             ]
-            pytest.fail(f"runs left running (id, parent, turns, executor, attempt, live): {stuck}")
+            pytest.fail(
+                f"runs left running (id, parent, turns, executor, attempt, live): {stuck}\n"
+                f"{_where(cluster, [run_id for run_id, *_ in stuck])}"
+            )
         time.sleep(0.02)
+
+
+def _where(cluster: Cluster, run_ids: list[str]) -> str:
+    """For a stuck run: its row's parking and step, its workflows in DBOS (status,
+    executor), and the workers alive (their rows)."""
+    from orchestra.distributed._dbos import system_url
+
+    with cluster.store.transaction() as conn:
+        rows = conn.execute(
+            "SELECT run_id, parked, step_of FROM runs WHERE run_id = ANY(%s)", (run_ids,)
+        ).fetchall()
+        alive = conn.execute("SELECT executor, beat_at FROM workers").fetchall()
+    with psycopg.connect(system_url(cluster.store.url)) as conn:
+        flows = conn.execute(
+            "SELECT workflow_uuid, status, executor_id, queue_name FROM dbos.workflow_status"
+            " WHERE split_part(workflow_uuid, '.', 1) = ANY(%s)",
+            (run_ids,),
+        ).fetchall()
+    return f"runs (id, parked, step_of): {rows}\nworkflows: {flows}\nworkers: {alive}"
 
 
 def _tree_done(cluster: Cluster, root: str) -> bool:
@@ -290,7 +324,7 @@ def test_chaos_keeps_exactly_once_budgets_and_cancel(
     journal = tmp_path / "journal"
     env = {"ORCHESTRA_TEST_JOURNAL": str(journal), "ORCHESTRA_TEST_SANDBOX": str(sandbox)}
     with (
-        workers(pg_url, tmp_path, 3, env, concurrency=CONCURRENCY) as pool,
+        workers(pg_url, tmp_path, 3, env, concurrency=CONCURRENCY, inline=INLINE) as pool,
         Cluster(pg_url) as cluster,
     ):
         # a hang (a lock held by a frozen worker, say) fails the test instead of
@@ -316,12 +350,16 @@ def test_chaos_keeps_exactly_once_budgets_and_cancel(
         finally:  # what the faults did, also when the trees never settle
             print(chaos.timeline.told(pool), flush=True)
         trees = {root: cluster.store.tree(root) for root in roots}
+        inline = set().union(*(inline_runs(cluster, root) for root in roots))
         spend = {root: ledger_rows(cluster, root) for root in roots}
         logs = {name: pool.log(name) for name in pool.procs}
         watchdog.cancel()
     assert not fired.is_set(), f"hung: the workers were killed after {WATCHDOG_S:.0f} s"
     lines = _journal(journal)
     print(_summary(chaos, trees, lines, logs))  # what the run did, in the log
+    children = {s.run_id for states in trees.values() for s in states if s.parent_id}
+    # both kinds met the faults: some children inline, some queued
+    assert inline and children - inline, (len(inline), len(children))
     _check(chaos, trees, spend, lines, logs)
 
 

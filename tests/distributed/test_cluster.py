@@ -1,7 +1,8 @@
 """Run trees on three worker processes over PostgreSQL: the issue's promises.
 
-- a research tree of 1 parent + 6 children: children on at least 2 workers,
-  tree spend equal to the sum of the ledger, no node over its budget;
+- a research tree of 1 parent + 6 children, wider than its worker's inline
+  room: some children inline, the rest on other workers, tree spend equal to
+  the sum of the ledger, no node over its budget;
 - one cancel stops every run of a running 3-worker tree within 1 s (200 ms idle);
 - SIGKILL of a worker mid-write: its runs complete on another worker, each
   write's effect exactly once, no model call paid twice;
@@ -23,6 +24,7 @@ from distributed_support import (
     DEAD_AFTER_S,
     executors,
     finished,
+    inline_runs,
     postgres_tool,
     wait_until,
     workers,
@@ -33,6 +35,7 @@ from orchestra._approval import approve
 from orchestra._core.execute import new_state
 from orchestra._recipes.recipe import Recipe
 from orchestra.distributed import AGENTS_KEY, Cluster, cancel_tree, ledger_rows, resume_tree, submit
+from orchestra.distributed._dbos import system_url, workflow_id
 from orchestra.distributed._worker import agent_of_reference
 
 TREE_S = 90.0
@@ -89,15 +92,18 @@ def test_research_tree_spreads_over_workers_within_its_budgets(
 ) -> None:
     recipe = Recipe(directory=str(sandbox), scenario="slow_tree", child_budget=0.01, child_turns=4)
     agent = recipe.agent(Limits(max_turns=20, max_budget_usd=0.05))
-    with workers(pg_url, tmp_path, 3, env), Cluster(pg_url) as cluster:
+    # room for two children inline: the other four are queued for any worker
+    with workers(pg_url, tmp_path, 3, env, inline=2), Cluster(pg_url) as cluster:
         root = submit(cluster, agent, "Scan the archives, children=6.", metadata=recipe.metadata())
         wait_until(lambda: finished(cluster, root), TREE_S, "the tree")
         states = cluster.store.tree(root)
         spent = sum(row["cost_pico"] for row in ledger_rows(cluster, root))
         ran_on = executors(cluster, root)
+        inline = inline_runs(cluster, root)
     assert len(states) == 7
     assert {s.status for s in states} == {Status.COMPLETED}
     children = [s for s in states if s.parent_id == root]
+    assert 1 <= len(inline) <= 2 and all(ran_on[r] == ran_on[root] for r in inline), ran_on
     assert len({ran_on[s.run_id] for s in children}) >= 2, ran_on
     top = next(s for s in states if s.run_id == root)
     assert top.tree.cost_pico == spent > 0
@@ -116,7 +122,7 @@ def test_a_tight_budget_holds_for_a_tree_spread_over_workers(
     # one slot each: the six children, queued at once, are taken by each worker's
     # first poll (a root holds no slot while it waits); with three slots each, a
     # worker that polls first can take and end them all before the others look
-    with workers(pg_url, tmp_path, 3, env, concurrency=1), Cluster(pg_url) as cluster:
+    with workers(pg_url, tmp_path, 3, env, concurrency=1, inline=0), Cluster(pg_url) as cluster:
         root = submit(cluster, agent, "Scan the archives, children=6.", metadata=recipe.metadata())
         wait_until(lambda: finished(cluster, root), TREE_S, "the tree")
         states = cluster.store.tree(root)
@@ -162,7 +168,8 @@ def test_one_cancel_stops_a_three_worker_tree_within_a_second(
 ) -> None:
     reference = "tests.distributed.agents:scan_tree"
     agent = agent_of_reference(reference)
-    with workers(pg_url, tmp_path, 3, env), Cluster(pg_url) as cluster:
+    # two children inline (stopped with their parent's step), four on other workers
+    with workers(pg_url, tmp_path, 3, env, inline=2), Cluster(pg_url) as cluster:
         root = submit(cluster, agent, "[tree 6] [slow]", metadata={AGENTS_KEY: reference})
 
         def scanning() -> bool:
@@ -187,11 +194,18 @@ def test_one_cancel_stops_a_three_worker_tree_within_a_second(
     assert took_ms <= 1000, f"the tree stopped {took_ms:.0f} ms after the cancel"
 
 
-@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+@pytest.mark.parametrize(
+    ("how", "inline"),
+    [(signal.SIGKILL, 0), (signal.SIGTERM, 0), (signal.SIGKILL, None)],
+    ids=["SIGKILL-queued", "SIGTERM-queued", "SIGKILL-inline"],
+)
 def test_a_stopped_workers_runs_complete_elsewhere_with_each_write_once(
-    pg_url: str, tmp_path: Path, env: dict[str, str], how: signal.Signals
+    pg_url: str, tmp_path: Path, env: dict[str, str], how: signal.Signals, inline: int | None
 ) -> None:
-    with workers(pg_url, tmp_path, 3, env) as pool, Cluster(pg_url) as cluster:
+    """Children queued (spread over workers), or all inline in their parent's
+    step: the worker holding most of them stops; whoever takes them (or their
+    parent) up completes them, each write once, no call paid twice."""
+    with workers(pg_url, tmp_path, 3, env, inline=inline) as pool, Cluster(pg_url) as cluster:
         with _six_children_writing(cluster, tmp_path / "gate") as root:
             ran_on = executors(cluster, root)
             kids = _children(cluster, root)
@@ -355,3 +369,32 @@ def test_a_run_left_running_with_no_workflow_is_taken_up(
     # the sweep queues it within --dead-after plus a few seconds; the 10 s also hold
     # the run's own 3 model calls on a loaded machine (about 1 s idle)
     assert took <= DEAD_AFTER_S + 10, took
+
+
+def test_a_workflow_held_by_a_worker_no_longer_alive_is_queued_again(
+    pg_url: str, tmp_path: Path, sandbox: Path, env: dict[str, str]
+) -> None:
+    """A workflow DBOS marks as executing on a worker with no row in ``workers``
+    (declared dead, it woke from a freeze and took it from the queue before it
+    exited; or its recovery met an outage) is recovered by a live worker's sweep,
+    and its run completes (the chaos test met this: a child never taken up, its
+    parent parked for good)."""
+    recipe = Recipe(directory=str(sandbox), scenario="plan")
+    agent = recipe.agent(Limits(max_turns=6))
+    with workers(pg_url, tmp_path, 1, env) as pool, Cluster(pg_url) as cluster:
+        pool.stop()  # DBOS's tables exist; nobody takes from the queue meanwhile
+        run_id = submit(cluster, agent, "Why did the job fail?", metadata=recipe.metadata())
+        with psycopg.connect(system_url(pg_url)) as conn:
+            conn.execute(
+                "UPDATE dbos.workflow_status SET status = 'PENDING', executor_id = 'ghost'"
+                " WHERE workflow_uuid = %s",
+                (workflow_id(run_id, 0),),
+            )
+        with psycopg.connect(pg_url) as conn:  # and last saved long ago
+            conn.execute("UPDATE runs SET updated_at = updated_at - 60 WHERE run_id = %s", [run_id])
+        pool.start("w2")
+        pool.wait_ready("w2")
+        wait_until(lambda: finished(cluster, run_id), DEAD_AFTER_S + 20, "the sweep")
+        done = cluster.store.load(run_id)
+    assert done.status is Status.COMPLETED, done.reason
+    assert "held by ghost" in pool.log("w2")
