@@ -4,7 +4,8 @@
 ``python examples/fastapi_app.py`` to try it once on loopback and exit). The
 app runs its trees with ``orchestra.aio`` on the server's own event loop,
 against the embedded scripted provider (the ``plan``, ``research``,
-``slow_tree`` and ``destructive`` scenarios over a fresh sandbox):
+``research_runaway``, ``slow_tree`` and ``destructive`` scenarios over a fresh
+sandbox):
 
 - ``POST /runs {"scenario": "research"}`` starts a tree; ``{"run_id": ...}``;
 - ``GET /runs/{id}/events`` streams the tree's events as server-sent events
@@ -12,7 +13,9 @@ against the embedded scripted provider (the ``plan``, ``research``,
   that has stopped, the events its runs recorded, then the end);
 - ``GET /runs/{id}`` is the tree's result once it stopped (404 before);
 - ``POST /runs/{id}/cancel`` stops the whole tree; every run ``interrupted``;
-- ``POST /runs/{id}/approve`` approves the call a run waits on and continues it.
+- ``POST /runs/{id}/approve`` approves the call a run waits on and continues it;
+- ``POST /runs/{id}/grant {"usd": 0.004}`` grants a run's request for more
+  budget (a tree started with ``"on_limit": "ask"``) and continues it.
 
 Run as a script, it serves on a free loopback port with uvicorn, starts a
 20-run ``slow_tree``, cancels it while its children scan and prints how long
@@ -29,23 +32,29 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from orchestra import MemoryStore, OpenAIProvider, Runner, RunNotFound, aio
+from orchestra import Limits, MemoryStore, OpenAIProvider, Runner, RunNotFound, StateError, aio
 from orchestra.testing import ScriptedTransport, demo_agent, demo_task, make_sandbox
 
-SCENARIOS = ("plan", "research", "slow_tree", "destructive")
+SCENARIOS = ("plan", "research", "research_runaway", "slow_tree", "destructive")
 
 
 class Start(BaseModel):
     scenario: str = "plan"
     children: int | None = None
+    on_limit: Literal["stop", "ask"] = "stop"
+    child_budget: float | None = Field(default=None, gt=0)
+
+
+class Grant(BaseModel):
+    usd: float = Field(gt=0)
 
 
 class Service:
@@ -72,7 +81,10 @@ app = FastAPI(title="Orchestra trees")
 async def start(body: Start) -> dict[str, str]:
     if body.scenario not in SCENARIOS:
         raise HTTPException(422, f"scenario must be one of {', '.join(SCENARIOS)}")
-    agent = demo_agent(body.scenario, service.box)
+    # the demo's limits (20 turns, children 8 turns and $0.05), asking at a limit if told
+    limits = Limits(max_turns=20, on_limit=body.on_limit)
+    children = Limits(max_turns=8, max_budget_usd=body.child_budget or 0.05)
+    agent = demo_agent(body.scenario, service.box, limits=limits, child_limits=children)
     handle = await aio.start(service.runner, agent, demo_task(body.scenario, body.children))
     service.trees[handle.run_id] = (handle, body.scenario)
     return {"run_id": handle.run_id}
@@ -112,11 +124,25 @@ async def cancel(run_id: str) -> dict[str, Any]:
 
 @app.post("/runs/{run_id}/approve")
 async def approve(run_id: str) -> dict[str, Any]:
+    return await decided(run_id, lambda: service.runner.approve(run_id))
+
+
+@app.post("/runs/{run_id}/grant")
+async def grant(run_id: str, body: Grant) -> dict[str, Any]:
+    return await decided(run_id, lambda: service.runner.grant(run_id, usd=body.usd))
+
+
+async def decided(run_id: str, decide: Callable[[], object]) -> dict[str, Any]:
+    """Once the tree has stopped: ``decide`` (409 with why if it cannot), then
+    continue the tree; its result."""
     handle, scenario = service.trees.get(run_id, (None, ""))
     if handle is None:
         raise HTTPException(404, f"no run {run_id}")
     await handle.wait()
-    service.runner.approve(run_id)
+    try:
+        decide()
+    except StateError as exc:
+        raise HTTPException(409, str(exc)) from None
     resumed = await aio.resume(service.runner, run_id, demo_agent(scenario, service.box))
     service.trees[run_id] = (resumed, scenario)
     return (await resumed.wait()).summary()

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from ._telemetry.otel import OTelTracer, configure_otlp, flush_spans
     from ._telemetry.spans import RecordingTracerProvider, SpanSink
     from ._tools import Reconciled, Tool, ToolContext, tool
+    from ._top_ups import TopUp, TopUps
 
 __all__ = [
     "CATALOG_INSTRUCTIONS",
@@ -125,6 +126,8 @@ __all__ = [
     "ToolError",
     "ToolOutcomeUnknown",
     "ToolPolicy",
+    "TopUp",
+    "TopUps",
     "Usage",
     "catalog",
     "configure_otlp",
@@ -179,6 +182,7 @@ _MODULE_OF: dict[str, str] = {
         "_result": ("RunResult",),
         "_model.retry": ("RetryPolicy",),
         "_carving": ("Carving",),
+        "_top_ups": ("TopUp", "TopUps"),
         "_runner": ("RunHandle", "Runner"),
         "_stores.serde": ("state_from_dict", "state_from_json", "state_to_dict", "state_to_json"),
         "_telemetry.spans": ("RecordingTracerProvider", "SpanSink"),

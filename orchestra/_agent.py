@@ -13,6 +13,7 @@ from ._output import OUTPUT_TOOL, OutputSpec, OutputT, output_spec
 from ._settings import ModelSettings
 from ._state import Limits, RunState
 from ._tools import DEFAULT_RESULT_BYTES, MIN_RESULT_BYTES, Tool, ToolContext, check_timeout
+from ._top_ups import TopUps
 
 __all__ = ["Agent", "ToolPolicy", "detailed_errors", "generic_errors"]
 
@@ -120,6 +121,9 @@ class Agent(Generic[OutputT]):
     carving: Carving = Carving()
     """How the children one reply starts share this agent's runs' budget
     (see :class:`~orchestra.Carving`: equal shares, the run's answer kept)."""
+    top_ups: TopUps | None = None
+    """How this agent's runs answer their children's requests for more (limits
+    with ``on_limit="ask"``) before a person is asked (None: a person is)."""
     budget_note: bool = False
     """Each request ends with a system note of what the run has left (turns,
     budget, tokens, time), for the model to plan by; in the request only."""

@@ -3,7 +3,8 @@ a tree that no process runs.
 
 A run waiting for a human is ``interrupted`` with an ``approval`` (or
 ``unknown_outcome``) interruption naming the call, its exact arguments and the
-run that holds it (a descendant's id when the call surfaced from a child).
+run that holds it (a descendant's id when the call surfaced from a child), or
+with a ``budget_request`` (a limit that asks: :func:`grant` answers it).
 Deciding writes into that run's saved state; :meth:`Runner.resume` of the
 root then continues on the ordinary path: an approved call runs (only with
 the arguments that were approved), a rejected one gets a tool result in
@@ -17,13 +18,15 @@ the stop itself, so no request is left armed to stop a later resume.
 from __future__ import annotations
 
 import functools
+import time
 
 from ._exceptions import StateError
 from ._state import Approval, Interruption, InterruptionKind, RunState, Status
 from ._stores.contract import DurableStore, Store
 from ._stores.shared import process_owner
+from ._top_ups import TopUp, grant_into, shortfall
 
-__all__ = ["approve", "cancel_unowned", "reject", "stop_from_outside", "waiting_call"]
+__all__ = ["approve", "cancel_unowned", "grant", "reject", "stop_from_outside", "waiting_call"]
 
 
 def waiting_call(store: Store, run_id: str, call_id: str | None = None) -> Interruption:
@@ -58,7 +61,70 @@ def approve(store: Store, run_id: str, call_id: str | None = None) -> Interrupti
             finished, or now asks something else), or the call was rejected
             already (a decision is never silently replaced).
     """
+    if waiting_call(store, run_id, call_id).kind is InterruptionKind.BUDGET_REQUEST:
+        raise StateError(
+            f"run {run_id} asks for more budget, not for an approval: grant it "
+            "(orchestra grant RUN_ID --usd X, Runner.grant) or reject it"
+        )
     return _decide(store, run_id, call_id, "approve", "")
+
+
+def grant(store: Store, run_id: str, top_up: TopUp, *, now: float | None = None) -> Interruption:
+    """Grant the budget request ``run_id``'s tree waits on: raise the asking
+    run's limits by ``top_up`` (it goes on when the tree is resumed).
+
+    A grant to a child must fit in what each of its ancestors' budgets has
+    left (a root's comes from the person who grants). Compare-and-swap: the
+    asking run is checked and changed in one transaction; it must still wait
+    on the very request read here. The same grant again writes nothing (two
+    concurrent grants apply once); another one for the same request is refused.
+
+    Raises:
+        StateError: the tree waits for no budget request (any more), the
+            request was decided already otherwise, or an ancestor has not
+            enough left (nothing is written).
+    """
+    waiting = waiting_call(store, run_id)
+    if waiting.kind is not InterruptionKind.BUDGET_REQUEST:
+        raise StateError(
+            f"run {run_id} waits for a decision on call {waiting.call_id} "
+            f"({waiting.kind.value}), not for more budget: approve or reject it"
+        )
+    asking = waiting.run_id or run_id
+    short = shortfall(_ancestors(store, store.load(asking)), top_up)
+    if short is not None:
+        raise StateError(f"not granted: {short}")
+    assert waiting.call_id is not None
+    decision = Approval(call_id=waiting.call_id, arguments=top_up.as_arguments())
+    at = time.time() if now is None else now
+    store.update(asking, functools.partial(_granted, waiting, decision, top_up, at))
+    return waiting
+
+
+def _granted(
+    seen: Interruption, decision: Approval, top_up: TopUp, at: float, holder: RunState
+) -> RunState | None:
+    """``holder`` with ``top_up`` granted, or None if this grant is recorded already."""
+    if decision in holder.approvals:
+        return None  # the same grant again writes nothing
+    _refuse_second_decision(holder, decision.call_id, "approve", "")
+    if any(a.call_id == decision.call_id for a in holder.approvals):
+        raise StateError(
+            f"request {decision.call_id} of run {holder.run_id} was already granted "
+            "otherwise; a decision is not replaced"
+        )
+    _refuse_another_question(holder, seen)
+    holder.approvals.append(decision)
+    grant_into(holder, top_up, f"granted {top_up.describe()}", at)
+    return holder
+
+
+def _ancestors(store: Store, state: RunState) -> list[RunState]:
+    found: list[RunState] = []
+    while state.parent_id is not None:
+        state = store.load(state.parent_id)
+        found.append(state)
+    return found
 
 
 def reject(store: Store, run_id: str, call_id: str | None = None, reason: str = "") -> Interruption:

@@ -29,7 +29,7 @@ import attrs
 import trio
 
 from ._agent import Agent
-from ._approval import approve, reject
+from ._approval import approve, grant, reject
 from ._cancelled import unwrapped
 from ._core.execute import (
     continued_state,
@@ -59,6 +59,7 @@ from ._stores.contract import Store
 from ._stores.memory import MemoryStore
 from ._stores.shared import process_owner
 from ._sync import blocking
+from ._top_ups import TopUp
 
 __all__ = ["Launch", "LaunchOptions", "RunHandle", "Runner"]
 
@@ -359,8 +360,16 @@ class Runner:
         return approve(self.store, run_id, call_id)
 
     def reject(self, run_id: str, call_id: str | None = None, reason: str = "") -> Interruption:
-        """Reject the waiting call; ``reason`` becomes its tool result. Then :meth:`resume`."""
+        """Reject the waiting call (``reason``: its tool result), or refuse a budget
+        request (the run ends with its answer so far). Then :meth:`resume`."""
         return reject(self.store, run_id, call_id, reason)
+
+    def grant(
+        self, run_id: str, *, usd: float = 0.0, turns: int = 0, tokens: int = 0
+    ) -> Interruption:
+        """Grant the budget request ``run_id``'s tree waits on (see
+        :func:`~orchestra._approval.grant`: StateError if refused); then :meth:`resume`."""
+        return grant(self.store, run_id, TopUp(usd=usd, turns=turns, tokens=tokens))
 
     def spawn_child(
         self,

@@ -86,11 +86,19 @@ class InterruptionKind(enum.StrEnum):
     """The same tool call kept getting the same result (``Agent.no_progress_after``)."""
     STOP_CONDITION = "stop_condition"
     """A predicate of ``Agent.stop_when`` asked the run to stop."""
+    BUDGET_REQUEST = "budget_request"
+    """A limit marked ``on_limit="ask"`` was reached: the run asks for more
+    (granted with :meth:`Runner.grant`, refused with ``reject``)."""
 
     @property
     def waits_for_human(self) -> bool:
-        """Whether a person must decide on a call before the run can go on."""
-        return self in (InterruptionKind.APPROVAL, InterruptionKind.UNKNOWN_OUTCOME)
+        """Whether a person must decide before the run can go on."""
+        return self in _DECISIONS
+
+
+_DECISIONS = frozenset(
+    {InterruptionKind.APPROVAL, InterruptionKind.UNKNOWN_OUTCOME, InterruptionKind.BUDGET_REQUEST}
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -99,7 +107,10 @@ class Interruption:
 
     For ``approval`` and ``unknown_outcome``: the call (``call_id``, ``tool``,
     ``arguments``) and the run that holds it (``run_id``; a descendant's id when
-    the approval surfaced from a child run).
+    the approval surfaced from a child run). For ``budget_request``: the
+    request's id (``call_id``), what the run would need to finish
+    (``estimate_usd``, from its calls so far) and its answer so far
+    (``partial``: what its tools returned; kept out of its transcript).
     """
 
     kind: InterruptionKind
@@ -108,10 +119,13 @@ class Interruption:
     call_id: str | None = None
     tool: str | None = None
     arguments: dict[str, Any] | None = None
+    estimate_usd: float | None = None
+    partial: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """As plain JSON data (``kind`` as its string)."""
-        return {
+        """As plain JSON data (``kind`` as its string; a budget request's own
+        fields only when set)."""
+        data: dict[str, Any] = {
             "kind": self.kind.value,
             "reason": self.reason,
             "run_id": self.run_id,
@@ -119,6 +133,11 @@ class Interruption:
             "tool": self.tool,
             "arguments": self.arguments,
         }
+        if self.estimate_usd is not None:
+            data["estimate_usd"] = self.estimate_usd
+        if self.partial is not None:
+            data["partial"] = self.partial
+        return data
 
 
 @attrs.frozen(kw_only=True)
@@ -225,6 +244,11 @@ class Limits:
     max_concurrent_children: int | None = None
     """Children of this run running at once (the others wait; on workers the
     parent's call parks until the running ones have ended)."""
+    on_limit: str | None = None
+    """What reaching the turn limit or a budget does: ``"stop"`` (the run ends
+    ``max_turns_exceeded``/``budget_exceeded``) or ``"ask"`` (it pauses,
+    ``interrupted`` with a ``budget_request``: see :mod:`orchestra._core.top_up`).
+    None: as the parent run (a root: stop)."""
 
     def __attrs_post_init__(self) -> None:
         for name in _LIMIT_NAMES:
@@ -233,8 +257,15 @@ class Limits:
                 raise ConfigError(f"Limits.{name} must be >= 0, got {value}")
         if self.max_concurrent_children == 0:
             raise ConfigError("Limits.max_concurrent_children must be >= 1 (None: unbounded)")
+        if self.on_limit not in (None, "stop", "ask"):
+            raise ConfigError(f"Limits.on_limit must be 'stop' or 'ask', got {self.on_limit!r}")
 
-    def to_dict(self) -> dict[str, float | None]:
+    @property
+    def asks(self) -> bool:
+        """Whether reaching a limit asks for more instead of stopping."""
+        return self.on_limit == "ask"
+
+    def to_dict(self) -> dict[str, Any]:
         """The fields as a dict (what ``attrs.asdict`` gives, built without its walk)."""
         return {
             "max_turns": self.max_turns,
@@ -247,13 +278,14 @@ class Limits:
             "max_children": self.max_children,
             "max_descendants": self.max_descendants,
             "max_concurrent_children": self.max_concurrent_children,
+            "on_limit": self.on_limit,
         }
 
-    def saved(self) -> dict[str, float | None]:
+    def saved(self) -> dict[str, Any]:
         """The fields as saved: those on the tree's shape only when set (a state that
         sets none reads in a version that does not know them)."""
         data = self.to_dict()
-        for name in SHAPE_LIMITS:
+        for name in _SAVED_WHEN_SET:
             if data[name] is None:
                 del data[name]
         return data
@@ -292,6 +324,7 @@ _LIMIT_NAMES = (
 SHAPE_LIMITS = ("max_depth", "max_children", "max_descendants", "max_concurrent_children")
 """The limits on a tree's shape: saved only when set, so a state without them
 reads in a version that does not know them."""
+_SAVED_WHEN_SET = (*SHAPE_LIMITS, "on_limit")
 
 
 @attrs.frozen

@@ -35,6 +35,7 @@ UNTIMED = (
     "wind_down",
     "fastapi_app",
     "reconcile",
+    "top_up",
 )
 NEED_A_SERVICE = ("research_trace", "six_tasks", "local_tree", "distributed_tree")
 """Examples that need Jaeger, a local model server or PostgreSQL: not run here
@@ -262,3 +263,14 @@ def test_mcp_research_children_work_through_mcp_tools(ran: dict[str, Ran]) -> No
     assert len(rows) == 3
     assert all(row[-4] == "3" and row[-3] == "2" for row in rows)  # 3 turns, 2 MCP tool runs
     assert "tree: completed" in r.out
+
+
+def test_top_up_asks_grants_and_completes_within_the_roots_budget(ran: dict[str, Ran]) -> None:
+    r = ran["top_up"]
+    assert r.row("children that asked for more")[-1] == "3"
+    assert r.row("  granted by the root policy")[-1] == "3"
+    assert int(r.row("  granted by a person")[-1]) >= 1
+    assert r.row("tree ")[-1] == "completed"
+    assert r.row("  children completed")[-1] == "3/3"
+    spent, budget = (float(x) for x in r.row("  tree spend / root budget")[-3::2])
+    assert spent <= budget

@@ -84,6 +84,34 @@ def test_approve_continues_a_run_that_waits_for_a_human() -> None:
     assert result["status"] == "completed" and result["answer"].startswith("Deleted")
 
 
+def test_grant_continues_a_child_that_asked_for_more() -> None:
+    async def steps(client: httpx.AsyncClient) -> tuple[Any, Any, Any]:
+        body = {"scenario": "research_runaway", "on_limit": "ask", "child_budget": 0.004}
+        run_id = (await client.post("/runs", json=body)).json()["run_id"]
+        async with client.stream("GET", f"/runs/{run_id}/events") as streamed:
+            async for _ in streamed.aiter_lines():  # until the tree stops
+                pass
+        paused = (await client.get(f"/runs/{run_id}")).json()
+        granted = (await client.post(f"/runs/{run_id}/grant", json={"usd": 0.003})).json()
+        refused = await client.post(f"/runs/{run_id}/approve")
+        return paused, granted, refused
+
+    paused, granted, refused = call(steps)
+    asking = paused["interruption"]["run_id"]
+
+    def turns(result: dict[str, Any]) -> int:
+        return next(r["turns"] for r in fastapi_app.walk(result) if r["run_id"] == asking)
+
+    assert paused["status"] == "interrupted"
+    assert paused["interruption"]["kind"] == "budget_request"
+    # the runaway went on with the grant (and, never answering, asked again)
+    assert (
+        turns(granted) > turns(paused)
+        and granted["interruption"]["call_id"] != (paused["interruption"]["call_id"])
+    )
+    assert refused.status_code == 409 and "asks for more budget" in refused.text
+
+
 def test_bad_requests_are_said() -> None:
     async def steps(client: httpx.AsyncClient) -> tuple[int, int]:
         bad = await client.post("/runs", json={"scenario": "nope"})

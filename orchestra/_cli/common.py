@@ -335,6 +335,7 @@ class TreeOptions:
     max_children: int | None
     max_descendants: int | None
     max_concurrent_children: int | None
+    on_limit: str
     money: Money
     sampling: Sampling
     dedupe: bool
@@ -370,6 +371,14 @@ tree_options = bundled(
             "last turn, deadline) it answers from what it has, marked partial. 0: off.",
         ),
         *shape_options,
+        click.option(
+            "--on-limit",
+            type=click.Choice(["stop", "ask"]),
+            default="stop",
+            show_default=True,
+            help="At the turn limit or a budget a run stops, or asks for more "
+            "(interrupted: orchestra grant RUN_ID --usd X, or reject), each child too.",
+        ),
         click.option(
             "--dedupe", is_flag=True, help="Answer repeated read-only calls from the transcript."
         ),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import click
 
 from .cancel import cancel
-from .decide import approve, reject
+from .decide import approve, grant, reject
 from .demo import demo
 from .errors import OrchestraGroup
 from .prices import prices_command
@@ -55,6 +55,7 @@ for _command in (
     resume,
     approve,
     reject,
+    grant,
     cancel,
     runs,
     show,

@@ -50,6 +50,7 @@ def limits(max_turns: int | None, tree: TreeOptions) -> Limits:
         max_children=tree.max_children,
         max_descendants=tree.max_descendants,
         max_concurrent_children=tree.max_concurrent_children,
+        on_limit=None if tree.on_limit == "stop" else tree.on_limit,
     )
 
 

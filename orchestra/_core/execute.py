@@ -33,6 +33,7 @@ from .fair import fair_carve, give_back
 from .loop import charge_lost_stream, drive
 from .run import ChildWaiting, Exit, Host, LiveRun
 from .shape import running_slot
+from .top_up import answered_by_parent
 
 __all__ = [
     "IN_PROCESS",
@@ -304,6 +305,8 @@ async def spawn_child(
             await where.open(parent, child, bind=child_id is None)
     parent.children.append(child)
     await where.run(child)
+    while answered_by_parent(parent, child):  # its request for more, granted by the parent
+        await where.run(child)
     return child_answer(child)
 
 

@@ -33,6 +33,7 @@ from .budget_note import budget_note
 from .dispatch import dispatch, flush_results, pending_calls, record_result
 from .run import Exit, LiveRun
 from .stops import check_stops
+from .top_up import stop_at_limit
 
 __all__ = ["drive"]
 
@@ -100,7 +101,7 @@ async def model_step(run: LiveRun) -> None:
     if isinstance(gate, wind_down.WindDown):
         await _final_step(run, gate, margin)
     elif isinstance(gate, Exit):
-        run.finish(gate)
+        stop_at_limit(run, gate)  # or asks for more (on_limit="ask")
     else:
         ask = _Ask(request=request, prompt_tokens=prompt_tokens, margin=margin, grant=gate)
         called = await _call(run, ask)

@@ -25,7 +25,8 @@ __all__ = ["depth_refusal", "inherit", "room", "running_slot"]
 def inherit(parent: LiveRun, ask: Limits) -> Limits:
     """A child's shape limits: one level fewer than its parent's depth, the same
     bounds on its children, unless it asks for less (``max_descendants`` is
-    checked on every ancestor instead of being copied)."""
+    checked on every ancestor instead of being copied); and what its limits do
+    when reached (``on_limit``), as its parent's unless it says."""
     own = parent.state.limits
     depth = None if own.max_depth is None else max(own.max_depth - 1, 0)
     return attrs.evolve(
@@ -33,6 +34,7 @@ def inherit(parent: LiveRun, ask: Limits) -> Limits:
         max_depth=_least(depth, ask.max_depth),
         max_children=_least(own.max_children, ask.max_children),
         max_concurrent_children=_least(own.max_concurrent_children, ask.max_concurrent_children),
+        on_limit=ask.on_limit or own.on_limit,
     )
 
 

@@ -73,10 +73,11 @@ _LEGACY_KEY = "orchestra.wind_down"
 
 
 def applies(run: LiveRun) -> bool:
-    """Whether the run winds down: ``wind_down_tokens`` is set, and it has found
-    something (a tool result: before that, there is nothing to hand back)."""
-    if not run.state.limits.wind_down_tokens:
-        return False
+    """Whether the run winds down: ``wind_down_tokens`` is set, its limits stop
+    it (not ``on_limit="ask"``), and it has found something (a tool result:
+    before that, there is nothing to hand back)."""
+    if not run.state.limits.wind_down_tokens or run.state.limits.asks:
+        return False  # a run that asks at its limit pauses there with its answer so far
     return tool_ran(run.state.messages)
 
 

@@ -15,7 +15,7 @@ import orjson
 from .._exceptions import SchemaVersionError, StateError
 from .._redact import redact
 from .._settings import ModelSettings
-from .._state import SCHEMA_VERSION, Limits, RunState, Usage
+from .._state import SCHEMA_VERSION, Interruption, Limits, RunState, Usage
 
 __all__ = ["state_from_dict", "state_from_json", "state_to_dict", "state_to_json"]
 
@@ -26,6 +26,8 @@ _converter.register_unstructure_hook_func(lambda t: t == list[dict[str, Any]], l
 
 _converter.register_unstructure_hook(Limits, Limits.saved)
 _converter.register_unstructure_hook(Usage, Usage.to_dict)
+# a budget request's own fields only when set: older versions read every other one
+_converter.register_unstructure_hook(Interruption, Interruption.to_dict)
 _converter.register_unstructure_hook(ModelSettings, ModelSettings.saved)
 _converter.register_structure_hook(ModelSettings, lambda data, _: ModelSettings(**data))
 

@@ -140,6 +140,7 @@ class OTelTracer:
         self._raised: dict[tuple[str, str], str] = {}
         self._unread: list[tuple[LiveRun, str, Span, int]] = []
         self._at_start: dict[str, tuple[Usage, Usage]] = {}
+        self._top_ups: dict[str, float] = {}
         self._handlers = {  # event type -> its _on_<type> method
             name.removeprefix("_on_"): getattr(self, name)
             for name in dir(self)
@@ -268,6 +269,27 @@ class OTelTracer:
                 },
             )
 
+    def _on_top_up(self, run: LiveRun, event: Event) -> None:
+        """The run's policy answered a child's request for more: an event on its
+        span, and how much it granted in all as an attribute."""
+        span = self._agents.get(run.state.run_id)
+        if span is None:
+            return
+        granted = bool(event.data["granted"])
+        span.add_event(
+            "top_up",
+            {
+                "orchestra.child_run_id": str(event.data["child_id"]),
+                "orchestra.top_up.granted": granted,
+                "orchestra.top_up.usd": float(event.data.get("usd", 0.0)),
+                "orchestra.top_up.reason": redact(str(event.data["reason"])),
+            },
+        )
+        if granted:
+            total = self._top_ups.get(run.state.run_id, 0.0) + float(event.data["usd"])
+            self._top_ups[run.state.run_id] = total
+            span.set_attribute("orchestra.top_ups_granted_usd", total)
+
     def _on_run_stopped(self, run: LiveRun, event: Event) -> None:
         state = run.state
         why = error_type(state)
@@ -280,6 +302,7 @@ class OTelTracer:
             _end_with_error(chat, why or "run_stopped", reason)
         span = self._agents.pop(state.run_id, None)
         self._contexts.pop(state.run_id, None)
+        self._top_ups.pop(state.run_id, None)
         if span is None:
             return
         span.set_attributes(

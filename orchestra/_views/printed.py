@@ -122,6 +122,8 @@ _SAID = {
     ("rejected", True): "the model was told",
     ("rejected", False): "the model is told on resume",
     ("undecided", False): "the run stopped before anyone decided",
+    ("granted", True): "by the parent's policy",
+    ("passed on", True): "by the parent's policy, to a person",
 }
 
 
@@ -131,7 +133,13 @@ def _decided(report: dict[str, Any]) -> Iterator[Text]:
 
     from .text import short_id
 
-    styles = {"approved": "green", "rejected": "red", "undecided": "yellow"}
+    styles = {
+        "approved": "green",
+        "rejected": "red",
+        "undecided": "yellow",
+        "granted": "green",
+        "passed on": "yellow",
+    }
     for run in _walk(report):
         for d in run.get("decisions", ()):
             if d["decision"] == "waiting":
@@ -159,9 +167,13 @@ def print_waiting(report: dict[str, Any], store_flag: str) -> None:
         for line in decided:
             _print(con, line, wrap=True)
     waiting = report.get("interruption")
+    root = report.get("root_id") or report["run_id"]
+    if waiting and waiting["kind"] == "budget_request":
+        _print_request(con, waiting, root, store_flag)
+        return
     if not waiting or waiting["kind"] not in ("approval", "unknown_outcome"):
         return
-    run_id, root = report["run_id"], report.get("root_id") or report["run_id"]
+    run_id = report["run_id"]
     holder = next((r for r in _walk(report) if r["run_id"] == waiting["run_id"]), report)
     decision = next(
         (d for d in holder.get("decisions", ()) if d["call_id"] == waiting["call_id"]), None
@@ -179,6 +191,27 @@ def print_waiting(report: dict[str, Any], store_flag: str) -> None:
         Text(f"  approve: orchestra approve {run_id}{store_flag}"),
         Text(f'  reject:  orchestra reject {run_id}{store_flag} --reason "..."'),
         Text(f"  then:    {resume}"),
+    ]
+    for line in lines:
+        _print(con, line, wrap=True)
+
+
+def _print_request(con: Any, waiting: dict[str, Any], root: str, store_flag: str) -> None:
+    """A run's request for more (``on_limit="ask"``), with the commands that answer it."""
+    from rich.text import Text
+
+    estimate = waiting.get("estimate_usd") or 0.0
+    partial = " ".join(str(waiting.get("partial") or "").split())
+    lines = [
+        Text.assemble(
+            "\n",
+            ("asks for more: ", "bold magenta"),
+            f"run {waiting['run_id']}, about ${estimate:.6f} to finish",
+        ),
+        Text(f"  answer so far: {partial[:240]}", style="dim"),
+        Text(f"  grant:  orchestra grant {root} --usd {max(estimate, 1e-6):.6f}{store_flag}"),
+        Text(f"  reject: orchestra reject {root}{store_flag}  (ends it with its answer so far)"),
+        Text(f"  then:   orchestra resume {root}{store_flag}"),
     ]
     for line in lines:
         _print(con, line, wrap=True)

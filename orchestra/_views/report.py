@@ -18,6 +18,7 @@ from .._redact import redact
 from .._result import RunResult, child_order
 from .._state import RunState, Status
 from .._stores.contract import Store
+from .._top_ups import answered_by_policy
 
 __all__ = ["decisions", "report", "tree_result", "with_stored_children"]
 
@@ -144,7 +145,8 @@ def decisions(state: RunState, events: list[EventRecord]) -> list[dict[str, Any]
     ``decision`` is ``approved``, ``rejected``, ``waiting`` (nobody decided
     yet) or ``undecided`` (the run stopped otherwise); ``done`` says whether a
     resume has acted on it (the approved call started, the rejection was
-    answered to the model).
+    answered to the model). Then each answer of this run's top-up policy to a
+    child's request for more: ``granted`` or ``passed on`` (to a person).
     """
     asked: dict[str, tuple[int, dict[str, Any]]] = {}
     for index, event in enumerate(events):
@@ -155,12 +157,32 @@ def decisions(state: RunState, events: list[EventRecord]) -> list[dict[str, Any]
     current = state.interruption.to_dict() if state.interruption else None
     if current is not None and _asks(current, state.run_id) and current["call_id"] not in asked:
         asked[current["call_id"]] = (len(events), current)
-    return [_decision(state, events, since, waiting) for since, waiting in asked.values()]
+    found = [
+        _decision(state, events, since, waiting)
+        for since, waiting in asked.values()
+        if not answered_by_policy(state, waiting["call_id"])  # its parent's line says so
+    ]
+    return found + [_policy_answer(e) for e in events if e["type"] == "top_up"]
+
+
+def _policy_answer(event: EventRecord) -> dict[str, Any]:
+    """This run's policy answering a child's request for more (a ``top_up`` event)."""
+    granted = bool(event["granted"])
+    return {
+        "call_id": f"request of {event['child_id']}",
+        "tool": "more budget",
+        "arguments": {k: event[k] for k in ("usd", "turns", "tokens") if event.get(k)},
+        "kind": "budget_request",
+        "asked": "",
+        "decision": "granted" if granted else "passed on",
+        "reason": None if granted else event["reason"],
+        "done": True,
+    }
 
 
 def _asks(interruption: dict[str, Any], run_id: str) -> bool:
     return (
-        interruption.get("kind") in ("approval", "unknown_outcome")
+        interruption.get("kind") in ("approval", "unknown_outcome", "budget_request")
         and interruption.get("run_id") == run_id
         and bool(interruption.get("call_id"))
     )
@@ -174,9 +196,19 @@ def _decision(
     started = any(e["type"] == "tool_start" for e in later)
     answered = any(e["type"] == "tool_result" and e.get("decided") for e in later)
     reason = None
+    granted = [a.arguments for a in state.approvals if a.call_id == call_id]
+    if waiting.get("kind") == "budget_request":  # a request for more, not a call
+        waiting = {
+            **waiting,
+            "tool": "more budget",
+            "arguments": granted[0] if granted else {"estimate_usd": waiting.get("estimate_usd")},
+        }
+        pending = state.interruption is not None and state.interruption.call_id == call_id
+        answered = not pending  # the run went on with it (or ended by it)
+        started = answered and bool(granted)
     if call_id in state.rejections:
         decision, done, reason = "rejected", answered, state.rejections[call_id] or None
-    elif started or any(a.call_id == call_id for a in state.approvals):
+    elif started or granted:
         decision, done = "approved", started
     else:
         now = state.interruption if state.status is Status.INTERRUPTED else None

@@ -2,8 +2,8 @@
 
 Stop is ``orchestra cancel``: a cancel request in the store, which the
 process running the tree applies within its watcher's poll (or, if that
-process died, the stop recorded here). Approve and reject are ``orchestra
-approve``/``reject`` of the call the page showed. Resume is checked here and
+process died, the stop recorded here). Approve, reject and grant are
+``orchestra approve``/``reject``/``grant`` of what the page showed. Resume is checked here and
 started as a process of its own (:mod:`orchestra.console._launches`).
 
 Synchronous: the server calls these in a worker thread. Each raises an
@@ -12,13 +12,21 @@ Synchronous: the server calls these in a worker thread. Each raises an
 
 from __future__ import annotations
 
-from .._approval import approve, reject, stop_from_outside
+from .._approval import approve, grant, reject, stop_from_outside
 from .._exceptions import StateError
 from .._recipes.recipe import Recipe
 from .._state import Status
 from .._stores.contract import DurableStore
+from .._top_ups import TopUp
 
-__all__ = ["STOP_REASON", "approve_call", "check_resumable", "reject_call", "stop_tree"]
+__all__ = [
+    "STOP_REASON",
+    "approve_call",
+    "check_resumable",
+    "grant_more",
+    "reject_call",
+    "stop_tree",
+]
 
 STOP_REASON = "stopped from the console"
 
@@ -40,6 +48,21 @@ def approve_call(store: DurableStore, root_id: str, call_id: str) -> None:
 def reject_call(store: DurableStore, root_id: str, call_id: str, reason: str) -> None:
     """Reject call ``call_id`` of the tree ``root_id``; ``reason`` is what the model is told."""
     reject(store, root_id, call_id or None, reason)
+
+
+def grant_more(store: DurableStore, root_id: str, usd: str) -> None:
+    """Grant ``usd`` (the form's text) to the budget request the tree ``root_id`` waits on.
+
+    Raises:
+        StateError: ``usd`` is not a positive amount, or the grant is refused.
+    """
+    try:
+        amount = float(usd)
+    except ValueError:
+        raise StateError(f"not an amount of USD: {usd!r}") from None
+    if not 0 < amount < 1e6:  # NaN fails this too
+        raise StateError(f"grant a positive amount of USD, not {usd!r}")
+    grant(store, root_id, TopUp(usd=amount))
 
 
 def check_resumable(store: DurableStore, root_id: str) -> None:

@@ -81,6 +81,8 @@ def _stop(snap: TreeSnapshot, token: str) -> Html:
 
 
 def _decide(root_id: str, waiting: dict[str, Any], token: str) -> Html:
+    if waiting.get("kind") == "budget_request":
+        return _request(root_id, waiting, token)
     call = h(
         "p",
         h("code", waiting["tool"], class_="tool"),
@@ -114,6 +116,32 @@ def _decide(root_id: str, waiting: dict[str, Any], token: str) -> Html:
     )
     heading = h("h2", "Waiting for a human")
     return h("div", heading, h("p", waiting["asked"], class_="asked"), call, forms, class_="decide")
+
+
+def _request(root_id: str, waiting: dict[str, Any], token: str) -> Html:
+    """A run's request for more budget (``on_limit="ask"``): grant an amount, or refuse."""
+    estimate = (waiting.get("arguments") or {}).get("estimate_usd") or 0.0
+    usd = h(
+        "input",
+        type="number",
+        name="usd",
+        value=f"{max(estimate, 1e-6):.6f}",
+        step="any",
+        min="0",
+        aria_label="USD to grant",
+    )
+    call_field = h("input", type="hidden", name="call_id", value=waiting["call_id"])
+    forms = h(
+        "div",
+        _form("grant", root_id, token, usd, label="Grant USD", kind="go"),
+        _form("reject", root_id, token, call_field, label="Refuse", kind="danger"),
+        class_="row",
+    )
+    where = h("p", f"request {waiting['call_id']} of run ", run_link(waiting["run_id"]))
+    heading = h("h2", "Asks for more budget")
+    return h(
+        "div", heading, h("p", waiting["asked"], class_="asked"), where, forms, class_="decide"
+    )
 
 
 def _resume(root: RunState, waiting: dict[str, Any] | None, token: str) -> Html:

@@ -5,7 +5,7 @@
 ``/live``                GET   its live updates (server-sent events)
 ``/runs/ID``             GET   the tree of run ID, looking at that run
 ``/runs/ID/live``        GET   its live updates
-``/runs/ROOT/ACTION``    POST  ``stop``, ``approve``, ``reject``, ``resume``
+``/runs/ROOT/ACTION``    POST  ``stop``, ``approve``, ``reject``, ``grant``, ``resume``
 ``/static/NAME``         GET   ``console.css``, ``console.js``
 =======================  ====  ===============================================
 
@@ -255,6 +255,8 @@ async def _do(console: Console, action: str, root_id: str, form: dict[str, str])
         await console.read(_actions.approve_call, root_id, call_id)
     elif action == "reject":
         await console.read(_actions.reject_call, root_id, call_id, form.get("reason", ""))
+    elif action == "grant":
+        await console.read(_actions.grant_more, root_id, form.get("usd", ""))
     else:
         await console.read(_actions.check_resumable, root_id)
         console.launches.start(root_id)

@@ -26,13 +26,24 @@ from orchestra.console._tree_view import doing
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, dict[str, str]]]:
     """A console over a store holding a completed research tree, two runs waiting for
-    approval and a run full of markup; the run ids by name."""
+    approval, a tree whose child asks for more budget and a run full of markup;
+    the run ids by name."""
     path = tmp_path_factory.mktemp("console") / "runs.db"
     store = ("--store", str(path))
     runs = {
         "research": cli("demo", "research", *store)["run_id"],
         "waiting": cli("demo", "destructive", *store, code=6)["run_id"],
         "other": cli("demo", "destructive", *store, code=6)["run_id"],
+        "asking": cli(
+            "demo",
+            "research_runaway",
+            "--child-budget",
+            "0.004",
+            "--on-limit",
+            "ask",
+            *store,
+            code=6,
+        )["run_id"],
     }
     hostile = hostile_state()
     with SQLiteStore(path) as saved:
@@ -183,6 +194,28 @@ def test_reject_with_a_reason_then_a_second_decision_is_refused(
     again = browser.post(f"{url}/approve", data=form)
     assert again.status_code == 409
     assert "already rejected" in again.text and 'role="alert"' in again.text
+
+
+def test_a_request_for_more_is_granted_once_from_the_page(
+    site: tuple[Served, dict[str, str]], browser: httpx.Client
+) -> None:
+    served, runs = site
+    url = f"/runs/{runs['asking']}"
+    page = browser.get(url).text
+    assert "Asks for more budget" in page and 'name="usd"' in page
+    with SQLiteStore(served.store) as store:
+        asking = store.load(store.load(runs["asking"]).interruption.run_id)
+    form = {"token": token_of(page), "usd": "0.002"}
+    done = browser.post(f"{url}/grant", data=form)
+    assert done.status_code == 303 and done.headers["location"] == f"{url}?done=grant"
+    assert "Granted. Resume the tree" in browser.get(done.headers["location"]).text
+    again = browser.post(f"{url}/grant", data={**form, "usd": "0.5"})
+    assert again.status_code == 409 and "already granted otherwise" in again.text
+    bad = browser.post(f"{url}/grant", data={**form, "usd": "nan"})
+    assert bad.status_code == 409 and "positive amount" in bad.text
+    with SQLiteStore(served.store) as store:
+        raised = store.load(asking.run_id).limits.max_budget_usd
+    assert raised == pytest.approx(asking.limits.max_budget_usd + 0.002)
 
 
 @pytest.mark.parametrize(

@@ -30,9 +30,10 @@ from distributed_support import (
     workers,
 )
 
-from orchestra import InterruptionKind, Limits, Status, StoreUnreachable
-from orchestra._approval import approve
+from orchestra import InterruptionKind, Limits, RunState, Status, StoreUnreachable, TopUp
+from orchestra._approval import approve, grant
 from orchestra._core.execute import new_state
+from orchestra._money import from_usd
 from orchestra._recipes.recipe import Recipe
 from orchestra.distributed import AGENTS_KEY, Cluster, cancel_tree, ledger_rows, resume_tree, submit
 from orchestra.distributed._dbos import system_url, workflow_id
@@ -308,6 +309,38 @@ def test_a_childs_approval_is_continued_by_any_worker(
         states = cluster.store.tree(root)
     assert {s.status for s in states} == {Status.COMPLETED}, [(s.run_id, s.reason) for s in states]
     assert not (sandbox / "access.log").exists()
+
+
+@pytest.mark.parametrize("inline", [None, 0], ids=["inline", "queued"])
+def test_a_childs_request_for_more_is_granted_once_and_continued_on_workers(
+    pg_url: str, tmp_path: Path, sandbox: Path, env: dict[str, str], inline: int | None
+) -> None:
+    """``on_limit="ask"`` on workers: the runaway child pauses at its budget with
+    its request, its tree with it; two equal grants apply once; the tree queued
+    again goes on (the runaway spends what it was granted and asks again)."""
+    recipe = Recipe(directory=str(sandbox), scenario="research_runaway", child_budget=0.004)
+    agent = recipe.agent(Limits(max_turns=20, max_budget_usd=0.05, on_limit="ask"))
+    with workers(pg_url, tmp_path, 2, env, inline=inline), Cluster(pg_url) as cluster:
+        root = submit(cluster, agent, "Summarise.", metadata=recipe.metadata())
+        wait_until(lambda: finished(cluster, root), TREE_S, "the child's request")
+        request = cluster.store.load(root).interruption
+        assert request is not None and request.kind is InterruptionKind.BUDGET_REQUEST
+        asked = cluster.store.load(request.run_id)
+        grant(cluster.store, root, TopUp(usd=0.003))
+        grant(cluster.store, root, TopUp(usd=0.003))  # a second click: nothing written
+        resume_tree(cluster, root)
+        wait_until(lambda: cluster.store.load(request.run_id).turns > asked.turns, TREE_S, "more")
+        wait_until(lambda: finished(cluster, root), TREE_S, "the request after the grant")
+        child = cluster.store.load(request.run_id)
+        spent = sum(row["cost_pico"] for row in ledger_rows(cluster, root))
+    assert child.limits.max_budget_usd == pytest.approx(asked.limits.max_budget_usd + 0.003)
+    assert child.tree.cost_pico <= child.limits.budget_pico
+    assert cluster_request(child) != request.call_id  # it asked again, for more than granted
+    assert spent <= from_usd(0.05)
+
+
+def cluster_request(state: RunState) -> str | None:
+    return None if state.interruption is None else state.interruption.call_id
 
 
 def test_a_database_restart_mid_tree_loses_nothing(

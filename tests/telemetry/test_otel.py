@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 import trio
@@ -22,6 +23,8 @@ from orchestra import (
     OpenAIProvider,
     RecordingTracerProvider,
     Runner,
+    TopUp,
+    TopUps,
 )
 from orchestra._model.provider import parse_reply, provider_name_for
 from orchestra._recipes.demo import demo_agent, demo_task
@@ -269,6 +272,25 @@ async def test_a_child_stopped_by_its_budget_is_an_error_with_the_reason(
     healthy = [agents[r.run_id] for r in result.walk() if r.run_id != stopped.run_id]
     assert all(s.status.status_code is StatusCode.UNSET for s in healthy)
     assert all("error.type" not in s.attributes for s in healthy)
+
+
+async def test_a_parents_top_ups_are_events_and_an_attribute_of_its_span(
+    traced, exporter, scenario_agent
+):
+    agent = attrs.evolve(
+        scenario_agent(
+            "research_runaway",
+            limits=Limits(max_turns=20, max_budget_usd=0.05, on_limit="ask"),
+            child_limits=Limits(max_budget_usd=0.004),
+        ),
+        top_ups=TopUps(grant=TopUp(usd=0.002), times=1),
+    )
+    result = await traced.run(agent, "go")
+    root = agents_by_run(exporter.get_finished_spans())[result.run_id]
+    answers = [e for e in root.events if e.name == "top_up"]
+    assert [e.attributes["orchestra.top_up.granted"] for e in answers] == [True, False]
+    assert root.attributes["orchestra.top_ups_granted_usd"] == pytest.approx(0.002)
+    assert "granted it 1 time(s) already" in answers[1].attributes["orchestra.top_up.reason"]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,123 @@
+"""A run that asks at its limit: the budget request, and the grants that answer it.
+
+A run whose limits say ``on_limit="ask"`` (set on the root, inherited by its
+children unless they say otherwise) does not stop at its turn limit or a
+budget (its own, or an ancestor's that binds it). It pauses ``interrupted``
+with a ``budget_request``, an interruption a person decides as an approval:
+
+- its ``call_id`` is the request's id, ``limit-<turns>-<raises>``: deciding is
+  compare-and-swap on it (two equal grants of one request apply once);
+- ``estimate_usd``: what it would need to finish, judged from its calls so
+  far (:data:`ESTIMATE_CALLS` more at their average cost);
+- ``partial``: its answer so far, what its tools returned, kept out of its
+  transcript (the run goes on from where it stopped if granted).
+
+Its ancestors pause with it: the request surfaces at the root, as an approval
+does, unless the parent's :class:`~orchestra.TopUps` policy grants it first
+(:func:`answered_by_parent`). A grant (:func:`~orchestra._top_ups.grant_into`)
+raises the run's limits, recorded as a :class:`~orchestra.LimitRaise`; a grant
+to a child must fit in what each ancestor's budget has left
+(:func:`~orchestra._top_ups.shortfall`). A refused
+request (``reject``) ends the run at its next try with its limit's status and
+its answer so far handed back.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from .._money import to_usd
+from .._state import Interruption, InterruptionKind, RunState, Status
+from .._top_ups import POLICY_NOTE, TopUp, grant_into, shortfall
+from .run import Exit, LiveRun
+from .wind_down import findings, hand_back
+
+__all__ = ["ESTIMATE_CALLS", "answered_by_parent", "request_id", "stop_at_limit"]
+
+ESTIMATE_CALLS = 3
+"""A request's estimate: this many more calls at the run's average cost so far."""
+_LIMIT_STOPS = frozenset({Status.BUDGET_EXCEEDED, Status.MAX_TURNS_EXCEEDED})
+
+
+def request_id(state: RunState) -> str:
+    """The id of the request a run at its limit makes now (changes with each
+    turn and each raise of its limits)."""
+    return f"limit-{state.turns}-{len(state.limit_raises)}"
+
+
+def stop_at_limit(run: LiveRun, stop: Exit) -> None:
+    """End the run with ``stop``; or, if it is a limit's and the run asks at its
+    limits, pause it with a budget request (a refused one ends it with ``stop``
+    and its answer so far handed back)."""
+    state = run.state
+    if stop.status not in _LIMIT_STOPS or not state.limits.asks:
+        run.finish(stop)
+        return
+    asked = request_id(state)
+    refused = state.rejections.get(asked)
+    if refused is not None:
+        why = f"{stop.reason}; more was refused" + (f" ({refused})" if refused else "")
+        hand_back(run, attrs.evolve(stop, reason=why))
+        return
+    estimate = _estimate_usd(state)
+    reason = (
+        f"{stop.reason}; asks for more: about ${estimate:.6f} (and {ESTIMATE_CALLS} turns) "
+        f"to finish, ${to_usd(state.tree.cost_pico):.6f} spent"
+    )
+    request = Interruption(
+        kind=InterruptionKind.BUDGET_REQUEST,
+        reason=reason,
+        run_id=state.run_id,
+        call_id=asked,
+        estimate_usd=estimate,
+        partial=findings(state.messages, stop),
+    )
+    run.finish(Exit(status=Status.INTERRUPTED, reason=reason, interruption=request))
+
+
+def _estimate_usd(state: RunState) -> float:
+    """:data:`ESTIMATE_CALLS` more calls at the run's average cost per call so far
+    (its own calls and its children's: the tree's)."""
+    calls = max(state.tree.model_calls, 1)
+    return round(to_usd(state.tree.cost_pico) / calls * ESTIMATE_CALLS, 6)
+
+
+def answered_by_parent(parent: LiveRun, child: LiveRun) -> bool:
+    """Let ``parent``'s :class:`~orchestra.TopUps` answer ``child``'s request, if
+    it made one; whether it granted it (the child is then to run again).
+
+    Each answer is a ``top_up`` event of the parent: granted, or passed on to a
+    person (with why)."""
+    waiting = child.state.interruption
+    policy = parent.agent.top_ups
+    if (
+        policy is None
+        or child.state.status is not Status.INTERRUPTED
+        or waiting is None
+        or waiting.kind is not InterruptionKind.BUDGET_REQUEST
+        or waiting.run_id != child.state.run_id
+    ):
+        return False
+    granted = sum(r.note == POLICY_NOTE for r in child.state.limit_raises)
+    answer = policy.answer(parent.state, child.state, granted)
+    if isinstance(answer, TopUp):
+        answer = _fitted(parent, answer)
+    if isinstance(answer, str):
+        parent.emit("top_up", child_id=child.state.run_id, granted=False, reason=answer)
+        return False
+    grant_into(child.state, answer, POLICY_NOTE, parent.runner.now())
+    parent.emit(
+        "top_up", child_id=child.state.run_id, granted=True, reason=answer.describe(), **_as(answer)
+    )
+    child.checkpoint()
+    return True
+
+
+def _fitted(parent: LiveRun, grant: TopUp) -> TopUp | str:
+    """``grant`` if it fits in what the parent's lineage has left, else why not."""
+    short = shortfall([node.state for node in parent.lineage()], grant)
+    return grant if short is None else short
+
+
+def _as(grant: TopUp) -> dict[str, float]:
+    return {"usd": grant.usd, "turns": grant.turns, "tokens": grant.tokens}
