@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import click
 
+from .._version import DISTRIBUTION
 from .cancel import cancel
 from .decide import approve, grant, reject
 from .demo import demo
@@ -27,7 +28,7 @@ __all__ = ["main", "run"]
 
 
 @click.group(cls=OrchestraGroup)
-@click.version_option(package_name="orchestra", message="%(prog)s %(version)s")
+@click.version_option(package_name=DISTRIBUTION, message="%(prog)s %(version)s")
 @click.option(
     "--debug",
     is_flag=True,

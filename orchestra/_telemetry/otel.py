@@ -60,11 +60,9 @@ secrets (events already are; see :mod:`orchestra._redact`).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import time
-from importlib import metadata
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -81,6 +79,7 @@ from .._model.provider import endpoint_of, name_of
 from .._redact import redact
 from .._state import RunState, Usage
 from .._state import Status as RunStatus
+from .._version import installed_version
 from . import otel_content as content
 from .otlp_protocol import protocol_name
 from .spans import RecordingTracerProvider
@@ -93,13 +92,9 @@ SCHEMA_URL = "https://opentelemetry.io/schemas/1.41.1"
 """The semantic conventions version the GenAI conventions we follow build on."""
 
 
-@functools.cache
 def package_version() -> str:
     """Orchestra's installed version (the instrumentation scope's and ``service.version``)."""
-    try:
-        return metadata.version("orchestra")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
+    return installed_version()
 
 
 def agent_id(name: str, model: str) -> str:

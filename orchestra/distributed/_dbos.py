@@ -28,13 +28,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from importlib.metadata import version
 from typing import Any, NoReturn
 from urllib.parse import urlencode, urlsplit
 
 import trio
 
 from .._exceptions import StoreError, StoreUnreachable
+from .._version import installed_version
 from ._threads import StepAbandoned, in_thread
 
 __all__ = [
@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 APP_NAME = "orchestra"
-APP_VERSION = f"orchestra-{version('orchestra')}"
+APP_VERSION = f"orchestra-{installed_version()}"
 """Pinned, so every worker of one release takes every run of that release
 (DBOS's default is a hash of the workflow code)."""
 QUEUE = "orchestra-runs"

@@ -16,7 +16,7 @@ from orchestra._cli.main import main
 def test_version_comes_from_the_package_metadata() -> None:
     result = CliRunner().invoke(main, ["--version"], prog_name="orchestra")
     assert result.exit_code == 0
-    assert result.stdout == f"orchestra {version('orchestra')}\n"
+    assert result.stdout == f"orchestra {version('orchestra-trees')}\n"
 
 
 def _leaves(group: click.Group, prefix: str = "") -> dict[str, click.Command]:
