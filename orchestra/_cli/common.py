@@ -22,7 +22,7 @@ import click
 from .._recipes.money import Money
 from .._settings import ModelSettings
 from .._telemetry.otlp_protocol import PROTOCOLS
-from .options import PRICE, SECONDS, TOKENS, USD, JsonObject, Number, OutputFile, count
+from .options import PRICE, SECONDS, TOKENS, TURNS, USD, JsonObject, Number, OutputFile, count
 from .stores import store_option
 
 __all__ = [
@@ -406,4 +406,21 @@ tree_options = bundled(
             "settled by asking CHECK before anyone is asked.",
         ),
     ],
+)
+
+
+child_budget_option = click.option(
+    "--child-budget",
+    type=USD,
+    default=0.05,
+    show_default=True,
+    metavar="USD",
+    help="USD each research child may spend (its own tree).",
+)
+child_turns_option = click.option(
+    "--child-turns",
+    type=TURNS,
+    default=8,
+    show_default=True,
+    help="Model calls each research child may make.",
 )

@@ -12,12 +12,14 @@ from .._exceptions import OrchestraError
 from .common import (
     Reporting,
     TreeOptions,
+    child_budget_option,
+    child_turns_option,
     continue_option,
     provider_option,
     reporting_options,
     tree_options,
 )
-from .options import SECONDS, TURNS, USD
+from .options import SECONDS, TURNS
 from .stores import must_exist
 
 __all__ = ["demo"]
@@ -85,21 +87,8 @@ def _sandbox(directory: str | None) -> Path:
     help="Model calls of the root run (each research child has --child-turns). "
     "[default: 20; slow_tree: 3 + 3 per child]",
 )
-@click.option(
-    "--child-budget",
-    type=USD,
-    default=0.05,
-    show_default=True,
-    metavar="USD",
-    help="USD each research child may spend (its own tree).",
-)
-@click.option(
-    "--child-turns",
-    type=TURNS,
-    default=8,
-    show_default=True,
-    help="Model calls each research child may make.",
-)
+@child_budget_option
+@child_turns_option
 @click.option(
     "--children",
     type=click.IntRange(1, 100),

@@ -13,6 +13,8 @@ from .common import (
     Reporting,
     TreeOptions,
     api_key_option,
+    child_budget_option,
+    child_turns_option,
     continue_option,
     provider_option,
     reporting_options,
@@ -65,6 +67,20 @@ __all__ = ["run_command"]
     help="End each request with a note of what the run has left (calls, budget, "
     "time), for the model to plan by (in the request only, never the transcript).",
 )
+@click.option(
+    "--research",
+    is_flag=True,
+    help="Give the model a research tool: each call starts a child run with the same "
+    "tools, its own budget (--child-budget) and turns (--child-turns), carved from this one's.",
+)
+@click.option(
+    "--child-model",
+    default=None,
+    metavar="NAME",
+    help="The model of research children (with --research). [default: --model]",
+)
+@child_budget_option
+@child_turns_option
 @click.option("--max-turns", type=TURNS, default=20, show_default=True, help="Model calls.")
 @click.option(
     "--dir",
@@ -117,6 +133,10 @@ def run_command(
     tools: tuple[str, ...],
     look_first: bool,
     budget_note: bool,
+    research: bool,
+    child_model: str | None,
+    child_budget: float,
+    child_turns: int,
     max_turns: int,
     directory: str,
     recover_tool_calls: bool,
@@ -153,6 +173,10 @@ def run_command(
         tools=tools,
         look_first=look_first,
         budget_note=budget_note,
+        research=research,
+        child_model=child_model,
+        child_budget=child_budget,
+        child_turns=child_turns,
         recover_tool_calls=recover_tool_calls,
         request_timeout=request_timeout,
         max_tokens=max_tokens,

@@ -46,6 +46,16 @@ RUN_MAX_TOKENS = 1024
 """``orchestra run``'s default ``max_tokens`` per reply."""
 RUN_INSTRUCTIONS = CATALOG_INSTRUCTIONS
 """``orchestra run``'s system message unless ``--instructions`` says otherwise."""
+RESEARCH_TOOL = (
+    "Hand one question to a researcher: a sub-agent with the same tools and a budget of "
+    "its own, which answers it in a few sentences."
+)
+RESEARCH_NOTE = (
+    "For a question with several parts, you may call research once per part (in one "
+    "reply, so they run at once), then answer from what the researchers found."
+)
+"""What ``orchestra run --research`` adds to the root's system message."""
+RESEARCHER_NOTE = "You are a researcher: answer the one question you are given, briefly."
 SCRIPTED_PROVIDER = "orchestra.scripted"
 """``gen_ai.provider.name`` of the demos' embedded scripted server."""
 
@@ -106,6 +116,11 @@ class Recipe:
     mcp_reconcile: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     """``WRITE=CHECK`` pairs (``--mcp-reconcile``): the MCP tool that says whether a
     call of a write took effect (see :mod:`orchestra.mcp`)."""
+    research: bool = False
+    """Whether ``orchestra run``'s agent has a research tool (``--research``): each
+    call starts a child with the same tools and its own limits (``child_*``)."""
+    child_model: str | None = None
+    """The research children's model (``--child-model``); None: the root's."""
     faults: bool = True
     """Whether the embedded scripted server plays the scenario's fault modifiers."""
 
@@ -211,7 +226,7 @@ class Recipe:
         tools = catalog(self.directory)
         if self.tools is not None:
             tools = tuple(t for t in tools if t.name in self.tools)
-        return Agent(
+        root = Agent(
             name="assistant",
             model=self.model,
             instructions=self.instructions,
@@ -223,6 +238,22 @@ class Recipe:
             budget_note=self.budget_note,
             settings=self.model_settings(),
         )
+        return self._with_research(root) if self.research else root
+
+    def _with_research(self, root: Agent) -> Agent:
+        """``root`` with a ``research`` tool: a child run of the same tools and its
+        own limits (carved from the root's) per call."""
+        child = Limits(max_turns=self.child_turns, max_budget_usd=self.child_budget)
+        researcher = attrs.evolve(
+            root,
+            name="researcher",
+            model=self.child_model or root.model,
+            instructions=f"{self.instructions}\n\n{RESEARCHER_NOTE}".strip(),
+            limits=child,
+        )
+        tool = researcher.as_tool(name="research", description=RESEARCH_TOOL)
+        instructions = f"{self.instructions}\n\n{RESEARCH_NOTE}".strip()
+        return attrs.evolve(root, tools=(*root.tools, tool), instructions=instructions)
 
     def model_calls(self) -> ModelCalls:
         """How runs made from this recipe call their model: the one value the

@@ -201,3 +201,35 @@ def test_an_openai_key_alone_points_runs_at_openai(monkeypatch: pytest.MonkeyPat
     assert provider.base_url == OPENAI_URL and provider.provider_name == "openai"
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
     assert OpenAIProvider().base_url == "http://127.0.0.1:9/v1"
+
+
+def test_research_gives_the_model_children_with_limits_of_their_own(
+    server_url: str, box: Path
+) -> None:
+    report, _ = run(
+        server_url, box, "research", "--research", "--child-model", "researcher",
+        "--child-budget", "0.01", "--child-turns", "5", "--max-budget", "0.05",
+    )  # fmt: skip
+    assert report["status"] == "completed"
+    children = report["children"]
+    assert len(children) == 3 and {c["agent"] for c in children} == {"researcher"}
+    assert all(c["status"] == "completed" and c["max_turns"] == 5 for c in children)
+    assert all(c["tree_cost_usd"] <= c["budget_usd"] <= 0.01 for c in children)
+    assert report["tree_cost_usd"] <= 0.05
+
+
+def test_research_is_saved_with_the_run_and_rebuilt_on_resume(tmp_path: Path) -> None:
+    recipe = Recipe(
+        directory=str(tmp_path), base_url="http://x/v1", model="m", research=True,
+        child_model="small", child_budget=0.02, child_turns=4,
+    )  # fmt: skip
+    again = Recipe.of(RunState(run_id="r", root_id="r", agent="assistant", model="m",
+                               metadata=recipe.metadata()))  # fmt: skip
+    agent = again.agent(Limits(max_turns=3))
+    [tool] = [t for t in agent.tools if t.name == "research"]
+    researcher = agent.find("researcher")
+    assert researcher is not None and researcher.model == "small"
+    assert researcher.limits == Limits(max_turns=4, max_budget_usd=0.02)
+    assert "research" not in {t.name for t in researcher.tools}  # one level
+    assert "call research once per part" in agent.instructions
+    assert tool.description.startswith("Hand one question to a researcher")
