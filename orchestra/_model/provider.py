@@ -517,13 +517,13 @@ class OpenAIProvider(HTTPProvider):
     async def complete(self, request: ChatRequest) -> ChatReply:
         """POST the request and parse the reply (see :class:`Provider`); a model that
         refuses ``max_tokens`` for ``max_completion_tokens`` is asked again at once
-        with that (and from then on).
+        with that (and from then on). No error's message holds a secret (see the
+        module docstring).
 
         Raises:
             ProviderUnreachable: no connection could be made.
             ProviderHTTPError: another transport failure or a non-2xx status.
             ProviderReplyError: a 2xx body that is not a chat completion.
-            No message holds a secret (see the module docstring).
         """
         cap = self.cap_field(request.model)
         try:
