@@ -304,8 +304,8 @@ def test_every_stopped_status_has_its_documented_code() -> None:
         status_exit(Status.RUNNING)
 
 
-def test_the_readme_table_says_the_same_codes() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+def test_the_docs_table_says_the_same_codes() -> None:
+    readme = (Path(__file__).parents[2] / "docs" / "guides" / "demo.md").read_text()
     for code, meaning in [
         (0, "completed"),
         (1, "failed"),
