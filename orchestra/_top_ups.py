@@ -19,7 +19,15 @@ from ._exceptions import ConfigError
 from ._money import from_usd, to_usd
 from ._state import LimitRaise, Limits, RunState
 
-__all__ = ["POLICY_NOTE", "TopUp", "TopUps", "answered_by_policy", "grant_into", "shortfall"]
+__all__ = [
+    "POLICY_NOTE",
+    "TopUp",
+    "TopUps",
+    "answered_by_policy",
+    "grant_into",
+    "request_id",
+    "shortfall",
+]
 
 POLICY_NOTE = "top-up from the parent's policy"
 """How a raise granted by a parent's policy is noted (and counted)."""
@@ -88,16 +96,22 @@ class TopUps:
             return f"the parent granted it {granted} time(s) already (its most)"
         left = parent.limits.budget_pico
         if left is not None and self.grant.usd:
-            after = (left - parent.tree.cost_pico) / 1e12 - self.grant.usd
+            after = to_usd(left - parent.tree.cost_pico) - self.grant.usd
             if after < self.keep_usd:
                 return f"the parent would keep ${max(after, 0):.6f}, under its ${self.keep_usd:g}"
         return self.grant
 
 
-def answered_by_policy(state: RunState, request_id: str) -> bool:
-    """Whether ``state``'s request ``request_id`` (``limit-<turns>-<raises>``) was
-    granted by its parent's policy (the raise that followed it says so)."""
-    raises = request_id.rpartition("-")[2]
+def request_id(state: RunState) -> str:
+    """The id of the request a run at its limit makes now, ``limit-<turns>-<raises>``
+    (changes with each turn and each raise of its limits)."""
+    return f"limit-{state.turns}-{len(state.limit_raises)}"
+
+
+def answered_by_policy(state: RunState, asked: str) -> bool:
+    """Whether ``state``'s request ``asked`` (a :func:`request_id`) was granted by
+    its parent's policy (the raise that followed it says so)."""
+    raises = asked.rpartition("-")[2]
     if not raises.isdigit() or int(raises) >= len(state.limit_raises):
         return False
     return state.limit_raises[int(raises)].note == POLICY_NOTE

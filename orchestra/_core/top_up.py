@@ -28,21 +28,15 @@ import attrs
 
 from .._money import to_usd
 from .._state import Interruption, InterruptionKind, RunState, Status
-from .._top_ups import POLICY_NOTE, TopUp, grant_into, shortfall
+from .._top_ups import POLICY_NOTE, TopUp, grant_into, request_id, shortfall
 from .run import Exit, LiveRun
 from .wind_down import findings, hand_back
 
-__all__ = ["ESTIMATE_CALLS", "answered_by_parent", "request_id", "stop_at_limit"]
+__all__ = ["ESTIMATE_CALLS", "answered_by_parent", "stop_at_limit"]
 
 ESTIMATE_CALLS = 3
 """A request's estimate: this many more calls at the run's average cost so far."""
 _LIMIT_STOPS = frozenset({Status.BUDGET_EXCEEDED, Status.MAX_TURNS_EXCEEDED})
-
-
-def request_id(state: RunState) -> str:
-    """The id of the request a run at its limit makes now (changes with each
-    turn and each raise of its limits)."""
-    return f"limit-{state.turns}-{len(state.limit_raises)}"
 
 
 def stop_at_limit(run: LiveRun, stop: Exit) -> None:
@@ -107,7 +101,11 @@ def answered_by_parent(parent: LiveRun, child: LiveRun) -> bool:
         return False
     grant_into(child.state, answer, POLICY_NOTE, parent.runner.now())
     parent.emit(
-        "top_up", child_id=child.state.run_id, granted=True, reason=answer.describe(), **_as(answer)
+        "top_up",
+        child_id=child.state.run_id,
+        granted=True,
+        reason=answer.describe(),
+        **answer.as_arguments(),
     )
     child.checkpoint()
     return True
@@ -117,7 +115,3 @@ def _fitted(parent: LiveRun, grant: TopUp) -> TopUp | str:
     """``grant`` if it fits in what the parent's lineage has left, else why not."""
     short = shortfall([node.state for node in parent.lineage()], grant)
     return grant if short is None else short
-
-
-def _as(grant: TopUp) -> dict[str, float]:
-    return {"usd": grant.usd, "turns": grant.turns, "tokens": grant.tokens}

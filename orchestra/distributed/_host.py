@@ -291,9 +291,7 @@ class Inline:
     async def run(self, child: LiveRun) -> None:
         """Drive ``child`` here if it is going on or interrupted (taken up again:
         its lost call charged first), holding one of its parent's slots."""
-        if child.state.status not in (Status.RUNNING, Status.INTERRUPTED):
-            return
-        if self._reattached:
+        if self._reattached and child.state.status in (Status.RUNNING, Status.INTERRUPTED):
             await settle_lost(child)
         await IN_PROCESS.run(child)
 

@@ -93,16 +93,18 @@ _SELECT_STATES = """
     )
     FROM runs r WHERE """
 
-_IN_A_RUNNING_STEP = (
-    "EXISTS (SELECT 1 FROM runs s WHERE s.run_id = r.step_of"
-    f" AND s.status = '{Status.RUNNING.value}')"
-)
-"""The run ``r`` executes inside the step of a run still going on (see
-:meth:`PostgresStore.mark_inline`)."""
-_UNCLAIMED = (
-    " AND executor IS NULL AND NOT EXISTS (SELECT 1 FROM runs s WHERE s.run_id = r.step_of"
-    f" AND s.status = '{Status.RUNNING.value}' AND s.executor IS NOT NULL)"
-)
+
+def _in_a_running_step(also: str = "") -> str:
+    """The run ``r`` executes inside the step of a run ``s`` still going on (see
+    :meth:`PostgresStore.mark_inline`), ``s`` meeting ``also`` too."""
+    return (
+        "EXISTS (SELECT 1 FROM runs s WHERE s.run_id = r.step_of"
+        f" AND s.status = '{Status.RUNNING.value}'{also})"
+    )
+
+
+_IN_A_RUNNING_STEP = _in_a_running_step()
+_UNCLAIMED = f" AND executor IS NULL AND NOT {_in_a_running_step(' AND s.executor IS NOT NULL')}"
 """Runs of a tree that no worker executes: queued or parked, and those executed
 inside the step of a run that no worker executes now."""
 _UPDATE_HEAD = "UPDATE runs SET status = %s, updated_at = %s, state = %s WHERE run_id = %s"

@@ -616,7 +616,7 @@ class Worker:
         if not runs:
             return moved
         unfinished = self._queue.unfinished([_dbos.workflow_id(run_id, n) for run_id, n in runs])
-        self._recover_orphans(set(unfinished.values()) - {None})
+        self._recover_orphans({holder for holder in unfinished.values() if holder is not None})
         for run_id, attempt in runs:
             if _dbos.workflow_id(run_id, attempt) in unfinished:
                 continue
@@ -624,7 +624,7 @@ class Worker:
                 moved.append(self._queued_again(run_id, "was left running with no workflow"))
         return moved
 
-    def _recover_orphans(self, holders: set[str | None]) -> None:
+    def _recover_orphans(self, holders: set[str]) -> None:
         """Have the workflows of ``holders`` that have no row in ``workers`` queued
         again: a worker declared dead whose DBOS took a workflow from the queue
         after its peers had recovered its others (it woke from a freeze and
@@ -633,7 +633,7 @@ class Worker:
             return
         with self._store.transaction() as conn:
             alive = {row[0] for row in conn.execute("SELECT executor FROM workers")}
-        gone = sorted(str(h) for h in holders - alive)
+        gone = sorted(holders - alive)
         if gone and _dbos.recover(gone):
             sys.stderr.write(
                 f"worker {self.executor_id}: workflows held by {', '.join(gone)} (no longer "
