@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ._catalog import catalog
     from ._core.budget import MIN_COMPLETION
     from ._core.stops import StopCondition
+    from ._deps import RunContext
     from ._events import Event, EventRecord, EventSink, JsonlSink, fanout
     from ._exceptions import (
         ConfigError,
@@ -106,6 +107,7 @@ __all__ = [
     "RecordingTracerProvider",
     "ResponsesProvider",
     "RetryPolicy",
+    "RunContext",
     "RunHandle",
     "RunNotFound",
     "RunResult",
@@ -180,6 +182,7 @@ _MODULE_OF: dict[str, str] = {
         "_telemetry.otel": ("OTelTracer", "configure_otlp", "flush_spans"),
         "_model.provider": ("ChatReply", "ChatRequest", "OpenAIProvider", "Provider"),
         "_result": ("RunResult",),
+        "_deps": ("RunContext",),
         "_model.retry": ("RetryPolicy",),
         "_carving": ("Carving",),
         "_top_ups": ("TopUp", "TopUps"),

@@ -8,6 +8,7 @@ from typing import Any, Generic
 import attrs
 
 from ._carving import Carving
+from ._deps import DepsT, RunContext
 from ._exceptions import ConfigError, PermanentToolError
 from ._output import OUTPUT_TOOL, OutputSpec, OutputT, output_spec
 from ._settings import ModelSettings
@@ -85,8 +86,13 @@ def _tool_tuple(tools: Iterable[Tool]) -> tuple[Tool, ...]:
 
 
 @attrs.frozen(kw_only=True)
-class Agent(Generic[OutputT]):
+class Agent(Generic[DepsT, OutputT]):
     """A model with instructions, tools and default limits.
+
+    Generic in its dependencies' type and its answer's: an
+    ``Agent[Deps, Report]`` (inferred from ``deps_type`` and ``output_type``)
+    gives runs whose ``RunResult.output`` is a ``Report``, and takes
+    ``deps: Deps`` (see :mod:`orchestra._deps`).
 
     ``max_tokens`` is the most a reply may use; the budget gate lowers it
     further when the remaining budget cannot pay for it. ``stop_when`` holds
@@ -103,7 +109,10 @@ class Agent(Generic[OutputT]):
 
     name: str
     model: str
-    instructions: str = ""
+    instructions: str | Callable[[RunContext[DepsT]], str] = ""
+    """The system message of its runs; or a function of the run's context
+    (:class:`~orchestra.RunContext`: its dependencies, limits, depth, ...),
+    called once as each run starts, whose text is saved with the run."""
     tools: tuple[Tool, ...] = attrs.field(default=(), converter=_tool_tuple)
     limits: Limits = Limits()
     policy: ToolPolicy = ToolPolicy()
@@ -127,11 +136,14 @@ class Agent(Generic[OutputT]):
     budget_note: bool = False
     """Each request ends with a system note of what the run has left (turns,
     budget, tokens, time), for the model to plan by; in the request only."""
+    deps_type: type[DepsT] | None = None
+    """The type of the dependencies its runs must be given (None: any, or none);
+    a run without them, or with others, is refused in one line."""
     output_type: type[OutputT] | Mapping[str, Any] | None = None
     """The answer's shape: a JSON schema (a dict), an attrs class, a dataclass, a
     TypedDict or a pydantic model (see :mod:`orchestra._output`); None: prose.
-    A class makes this an ``Agent[that class]``, whose runs' ``RunResult.output``
-    is an instance of it."""
+    A class makes this an ``Agent[..., that class]``, whose runs'
+    ``RunResult.output`` is an instance of it."""
     output_via: str = "response_format"
     """How the shape reaches the model: ``"response_format"`` (json_schema) or
     ``"tool"`` (a final-answer tool, for endpoints without response_format)."""
@@ -201,6 +213,24 @@ class Agent(Generic[OutputT]):
             timeout_s=float("inf"),  # the child's own limits bound it
             agent=self,
         )
+
+    def instructions_for(self, context: RunContext[DepsT]) -> str:
+        """The system message of a run starting in ``context`` ('' for none).
+
+        Raises:
+            ConfigError: the instructions' function failed or returned no text.
+        """
+        if isinstance(self.instructions, str):
+            return self.instructions
+        try:
+            text = self.instructions(context)
+        except Exception as exc:
+            raise ConfigError(f"agent {self.name}: its instructions failed: {exc}") from exc
+        if not isinstance(text, str):
+            raise ConfigError(
+                f"agent {self.name}: its instructions returned {type(text).__name__}, not text"
+            )
+        return text
 
     def find(self, name: str) -> Agent | None:
         """This agent or one reachable through its agent tools, by name."""

@@ -34,6 +34,7 @@ from ._cancelled import unwrapped
 from ._core.execute import (
     continued_state,
     execute,
+    instruct,
     load_live,
     new_state,
     reopen,
@@ -41,6 +42,7 @@ from ._core.execute import (
     spawn_child,
 )
 from ._core.run import Ledger, LiveRun
+from ._deps import DepsT, check_deps
 from ._events import EventSink
 from ._exceptions import StateError
 from ._feed import EventFeed
@@ -58,6 +60,7 @@ from ._state import Interruption, Limits
 from ._stores.contract import Store
 from ._stores.memory import MemoryStore
 from ._stores.shared import process_owner
+from ._streaming import TreeStream
 from ._sync import blocking
 from ._top_ups import TopUp
 
@@ -136,6 +139,33 @@ class Launch:
     continue_from: str | None = None
     settings: ModelSettings | None = None
     """How this run asks its model, over its agent's settings (field by field)."""
+    deps: Any = None
+    """What its tools (and its children's) get as ``ctx.deps``; never saved
+    (see :mod:`orchestra._deps`)."""
+
+
+class ResumeOptions(TypedDict, total=False):
+    """The options of :meth:`Runner.resume` beside its agent and run id."""
+
+    deps: Any
+    limits: Limits | None
+    note: str
+
+
+def agent_and_id(
+    first: Agent[DepsT, OutputT] | str, second: str | Agent[DepsT, OutputT]
+) -> tuple[Agent[DepsT, OutputT], str]:
+    """``(agent, run_id)`` of a resume given them in either order.
+
+    Raises:
+        TypeError: one is not an Agent or the other not a run id, in one line.
+    """
+    if isinstance(first, Agent) and isinstance(second, str):
+        return first, second
+    if isinstance(first, str) and isinstance(second, Agent):
+        return second, first
+    got = f"{type(first).__name__}, {type(second).__name__}"
+    raise TypeError(f"resume takes an Agent and a run id (resume(agent, run_id)), got ({got})")
 
 
 class LaunchOptions(TypedDict, total=False):
@@ -148,6 +178,7 @@ class LaunchOptions(TypedDict, total=False):
     metadata: dict[str, str] | None
     continue_from: str | None
     settings: ModelSettings | None
+    deps: Any
 
 
 @attrs.define(kw_only=True, eq=False)
@@ -239,7 +270,7 @@ class Runner:
     # -- starting runs --------------------------------------------------------
 
     async def run(
-        self, agent: Agent[OutputT], task: str, **options: Unpack[LaunchOptions]
+        self, agent: Agent[DepsT, OutputT], task: str, **options: Unpack[LaunchOptions]
     ) -> RunResult[OutputT]:
         """Run ``agent`` on ``task`` as a root run until it stops; its result
         (``options``: see :class:`Launch`).
@@ -264,7 +295,7 @@ class Runner:
             return await self._root(handle._live)
 
     def run_sync(
-        self, agent: Agent[OutputT], task: str, **options: Unpack[LaunchOptions]
+        self, agent: Agent[DepsT, OutputT], task: str, **options: Unpack[LaunchOptions]
     ) -> RunResult[OutputT]:
         """:meth:`run` from plain code (a script, a notebook cell): blocks until the
         tree stops; its result. Works with an asyncio loop running in this
@@ -272,13 +303,26 @@ class Runner:
         :mod:`orchestra._sync`; from asyncio code use ``orchestra.aio``."""
         return blocking(self._providers(), partial(self.run, agent, task, **options))
 
+    def stream_sync(
+        self, agent: Agent[DepsT, OutputT], task: str, **options: Unpack[LaunchOptions]
+    ) -> TreeStream[OutputT]:
+        """Start a tree in a thread of its own and read it from plain code: iterate
+        the stream for each event as it happens, or ``.text()`` for the root's
+        words; ``.result`` once it stopped (see :mod:`orchestra._streaming`).
+
+        Raises:
+            ConfigError: the tree cannot start (its error, here, at once).
+        """
+        return TreeStream(partial(self.start, agent=agent, task=task, **options), self._providers())
+
     def resume_sync(
-        self, run_id: str, agent: Agent[OutputT], *, limits: Limits | None = None, note: str = ""
+        self,
+        agent: Agent[DepsT, OutputT] | str,
+        run_id: str | Agent[DepsT, OutputT],
+        **options: Unpack[ResumeOptions],
     ) -> RunResult[OutputT]:
         """:meth:`resume` from plain code, as :meth:`run_sync`."""
-        return blocking(
-            self._providers(), partial(self.resume, run_id, agent, limits=limits, note=note)
-        )
+        return blocking(self._providers(), partial(self.resume, agent, run_id, **options))
 
     async def start(
         self, nursery: trio.Nursery, agent: Agent, task: str, **options: Unpack[LaunchOptions]
@@ -305,7 +349,10 @@ class Runner:
         else:
             earlier = self.store.load(launch.continue_from)
             state = continued_state(earlier, agent, launch.task, limits, run_id, metadata, settings)
-        live = LiveRun(state=state, agent=agent, runner=self)
+        check_deps(agent.name, agent.deps_type, launch.deps, "start")
+        live = LiveRun(state=state, agent=agent, runner=self, deps=launch.deps)
+        if launch.continue_from is None:
+            instruct(live)
         return RunHandle(run_id=state.run_id, live=live, runner=self)
 
     async def execute(self, handle: RunHandle) -> RunResult:
@@ -326,9 +373,17 @@ class Runner:
         return result
 
     async def resume(
-        self, run_id: str, agent: Agent[OutputT], *, limits: Limits | None = None, note: str = ""
+        self,
+        agent: Agent[DepsT, OutputT] | str,
+        run_id: str | Agent[DepsT, OutputT],
+        **options: Unpack[ResumeOptions],
     ) -> RunResult[OutputT]:
         """Continue a saved root run from where it stopped; its result.
+
+        ``resume(agent, run_id)``, as ``run(agent, task)``; the older order
+        ``resume(run_id, agent)`` is taken too. ``deps``: the run's dependencies,
+        given again (they are never saved); ``limits``: raised limits (``note``:
+        why, recorded with the raise).
 
         What was spent and the turns taken carry over: a run stopped by a limit
         stops again at once unless ``limits`` raises it. A raise is recorded in
@@ -348,10 +403,13 @@ class Runner:
 
         Errors leave as :meth:`run`'s do: the error itself, never a group of one.
         """
-        live = load_live(self, run_id, agent, None)
+        agent, run_id = agent_and_id(agent, run_id)
+        deps = options.get("deps")
+        check_deps(agent.name, agent.deps_type, deps, "resume")
+        live = load_live(self, run_id, agent, None, deps)
         if live.state.parent_id is not None:
             raise StateError(f"run {run_id} is a child run; resume its root {live.state.root_id}")
-        reopen(live, limits, note)
+        reopen(live, options.get("limits"), options.get("note", ""))
         with unwrapped():
             return await self._root(live)
 
@@ -379,6 +437,7 @@ class Runner:
         task: str,
         *,
         limits: Limits | None = None,
+        deps: Any = None,
     ) -> Coroutine[Any, Any, str]:
         """Run ``agent`` as a child of ``parent``; its answer (used by agent tools).
 
@@ -386,7 +445,7 @@ class Runner:
         of a tree sits under this call, and a frame less under each is what a
         cancel of the tree unwinds (and frees) less.
         """
-        return spawn_child(self, parent, call_id, agent, task, limits=limits)
+        return spawn_child(self, parent, call_id, agent, task, limits=limits, deps=deps)
 
     async def _root(self, live: LiveRun) -> RunResult:
         """Execute the root ``live`` while the keeper holds its tree; its result.

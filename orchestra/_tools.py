@@ -27,11 +27,12 @@ import re
 import typing
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, Generic
 
 import attrs
 import trio
 
+from ._deps import DepsT
 from ._exceptions import ConfigError
 from ._schema import check_schema, schema_of
 from ._storable import MAX_DEPTH, MAX_JSON_BYTES, NotStorable, decoded, too_deep, valid_text
@@ -115,13 +116,16 @@ class Spawn(typing.Protocol):
     ``task`` under ``limits`` (carved from its own); awaited, the child's answer."""
 
     def __call__(
-        self, agent: ChildAgent, task: str, *, limits: Limits | None = None
+        self, agent: ChildAgent, task: str, *, limits: Limits | None = None, deps: Any = None
     ) -> Awaitable[str]: ...
 
 
 @attrs.define(kw_only=True, eq=False)
-class ToolContext:
+class ToolContext(Generic[DepsT]):
     """What a running tool knows about its call.
+
+    ``deps`` are the run's dependencies (see :mod:`orchestra._deps`): annotate
+    the parameter ``ctx: ToolContext[MyDeps]`` and a type checker follows them.
 
     ``idempotency_key`` is stable for one logical call (same run, same call id)
     across retries and processes: pass it to a service that deduplicates writes.
@@ -136,6 +140,7 @@ class ToolContext:
     idempotency_key: str
     max_result_bytes: int = DEFAULT_RESULT_BYTES
     timeout_s: float | None = None
+    deps: DepsT = None  # type: ignore[assignment]  # None: the run was given none
     _progress: Callable[[str], None] = attrs.field(alias="progress", default=lambda _l: None)
     _spawn: Spawn | None = attrs.field(alias="spawn", default=None)
 
@@ -144,18 +149,19 @@ class ToolContext:
         self._progress(label)
 
     def run_child(
-        self, agent: ChildAgent, task: str, *, limits: Limits | None = None
+        self, agent: ChildAgent, task: str, *, limits: Limits | None = None, deps: Any = None
     ) -> Awaitable[str]:
         """Run ``agent`` on ``task`` as a child of this call's run; await its answer as text.
 
         The child's limits are carved from what this run has left; if nothing is
         left it is not started and the text says why. Cancelling this run
-        cancels the child. (An awaitable, returned rather than awaited here,
-        so the child's stack is a frame shorter.)
+        cancels the child. ``deps``: the child's dependencies (None: this
+        run's). (An awaitable, returned rather than awaited here, so the
+        child's stack is a frame shorter.)
         """
         if self._spawn is None:
             raise RuntimeError("this tool context cannot start child runs")
-        return self._spawn(agent, task, limits=limits)
+        return self._spawn(agent, task, limits=limits, deps=deps)
 
 
 ToolFunction = Callable[..., Any]
@@ -428,7 +434,8 @@ def schema_from_function(fn: ToolFunction) -> tuple[dict[str, Any], bool]:
     required: list[str] = []
     takes_context = False
     for name, param in inspect.signature(fn).parameters.items():
-        if name == "ctx" or hints.get(name) is ToolContext:
+        hint = hints.get(name)
+        if name == "ctx" or ToolContext in (hint, typing.get_origin(hint)):
             takes_context = True
             continue
         prop = schema_of(hints.get(name, str))

@@ -49,12 +49,13 @@ import attrs
 import trio
 
 from ._agent import Agent
+from ._deps import DepsT
 from ._events import Event
 from ._feed import EventFeed
 from ._output import OutputT
 from ._result import RunResult
-from ._runner import Launch, LaunchOptions, RunHandle, Runner
-from ._state import Limits
+from ._runner import Launch, LaunchOptions, ResumeOptions, RunHandle, Runner, agent_and_id
+from ._streaming import root_words_async
 from ._sync import release
 
 __all__ = ["CANCELLED", "LINGER", "SHUT_DOWN", "Handle", "resume", "run", "start"]
@@ -374,6 +375,11 @@ class Handle:
                 self._portal.soon(partial(self._runner.hub.unsubscribe, self.run_id, feed))
             self._portal.let_go()
 
+    def text(self) -> AsyncIterator[str]:
+        """The root's words as they arrive (the text of its streamed replies), as an
+        async iterator over :meth:`events` (the same rules)."""
+        return root_words_async(self.events())
+
 
 async def _subscribe(slot: _Slot, runner: Runner, run_id: str) -> EventFeed:
     return slot.subscribe(runner, run_id)
@@ -441,18 +447,23 @@ async def _stopped(
 
 
 async def resume(
-    runner: Runner, run_id: str, agent: Agent, *, limits: Limits | None = None, note: str = ""
+    runner: Runner,
+    agent: Agent | str,
+    run_id: str | Agent,
+    **options: Unpack[ResumeOptions],
 ) -> Handle:
-    """Resume a stopped tree from asyncio (as :meth:`Runner.resume`); its :class:`Handle`
-    (its events: from the moment it was resumed)."""
+    """Resume a stopped tree from asyncio (as :meth:`Runner.resume`: ``resume(runner,
+    agent, run_id)``, the older order taken too); its :class:`Handle` (its events:
+    from the moment it was resumed)."""
+    agent, run_id = agent_and_id(agent, run_id)
     portal, slot = await _portal(), _Slot(by_id=partial(runner.cancel, run_id))
     feed = await portal.call(runner, partial(_subscribe, slot, runner, run_id))
-    go = partial(runner.resume, run_id, agent, limits=limits, note=note)
+    go = partial(runner.resume, agent, run_id, **options)
     return Handle(run_id, runner, portal, portal.call(runner, go, slot), slot, feed)
 
 
 async def run(
-    runner: Runner, agent: Agent[OutputT], task: str, **options: Unpack[LaunchOptions]
+    runner: Runner, agent: Agent[DepsT, OutputT], task: str, **options: Unpack[LaunchOptions]
 ) -> RunResult[OutputT]:
     """Run a tree to its end from asyncio (as :meth:`Runner.run`); its result.
 

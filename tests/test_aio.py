@@ -280,3 +280,14 @@ def test_a_task_cancelled_while_awaiting_start_stops_the_tree(box: Path) -> None
         return stopped
 
     assert within(30, main) == [(Status.INTERRUPTED, aio.CANCELLED)] * 10
+
+
+def test_the_roots_words_reach_asyncio(box: Path) -> None:
+    async def main() -> tuple[str, str | None]:
+        handle = await aio.start(runner(), demo_agent("research", box), "go")
+        words = [piece async for piece in handle.text()]
+        result = await handle.wait()
+        return "".join(words), result.state.answer
+
+    said, answer = asyncio.run(main())
+    assert said == answer and said.startswith("Findings: 1) errors.log says:")

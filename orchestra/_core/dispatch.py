@@ -381,10 +381,12 @@ def _context(run: LiveRun, call: Call, started: float, limit: float) -> ToolCont
             elapsed_ms=round(elapsed, 1),
         )
 
-    def spawn(agent: ChildAgent, task: str, *, limits: Limits | None = None) -> Awaitable[str]:
+    def spawn(
+        agent: ChildAgent, task: str, *, limits: Limits | None = None, deps: Any = None
+    ) -> Awaitable[str]:
         if not isinstance(agent, Agent):
             raise ConfigError(f"run_child starts an Agent, not {type(agent).__name__}")
-        return run.runner.spawn_child(run, call.id, agent, task, limits=limits)
+        return run.runner.spawn_child(run, call.id, agent, task, limits=limits, deps=deps)
 
     return ToolContext(
         run_id=run.state.run_id,
@@ -393,6 +395,7 @@ def _context(run: LiveRun, call: Call, started: float, limit: float) -> ToolCont
         idempotency_key=idempotency_key(run, call.id),
         max_result_bytes=run.agent.policy.max_result_bytes,
         timeout_s=None if limit == float("inf") else limit,
+        deps=run.deps,
         progress=progress,
         spawn=spawn,
     )

@@ -24,6 +24,7 @@ import trio
 
 from .._agent import Agent
 from .._conversation import continued_messages, refuse_to_continue
+from .._deps import RunContext, check_deps
 from .._exceptions import ConfigError, RunNotFound, StateError
 from .._result import RunResult, stop_sentence
 from .._settings import ModelSettings
@@ -40,6 +41,8 @@ __all__ = [
     "Children",
     "child_answer",
     "execute",
+    "instruct",
+    "instruct_state",
     "new_run_id",
     "new_state",
     "reopen",
@@ -75,7 +78,8 @@ def new_state(
         raise ConfigError("a run needs a non-empty task")
     if (found := problem(task)) is not None:
         raise ConfigError(f"the task cannot be kept: {found}")
-    system = [{"role": "system", "content": agent.instructions}] if agent.instructions else []
+    static = agent.instructions if isinstance(agent.instructions, str) else ""
+    system = [{"role": "system", "content": static}] if static else []
     run_id = run_id or new_run_id()
     return RunState(
         run_id=run_id,
@@ -89,6 +93,37 @@ def new_state(
         metadata=dict(metadata or {}),
         settings=_kept(agent.settings if settings is None else settings.over(agent.settings)),
     )
+
+
+def instruct(run: LiveRun) -> None:
+    """Put the system message of ``run``, a new run whose agent's instructions are a
+    function, first in its transcript (called once its limits are final).
+
+    Raises:
+        ConfigError: the instructions failed (see :meth:`Agent.instructions_for`).
+    """
+    depth, spent = len(run.lineage()) - 1, run.lineage()[-1].state.tree.cost_usd
+    instruct_state(run.state, run.agent, run.deps, depth, spent)
+
+
+def instruct_state(
+    state: RunState, agent: Agent, deps: object, depth: int, tree_spent_usd: float
+) -> None:
+    """:func:`instruct` for a state alone (a root submitted to workers)."""
+    if isinstance(agent.instructions, str):
+        return  # written by new_state
+    context = RunContext(
+        deps=deps,
+        run_id=state.run_id,
+        agent=agent.name,
+        task=state.messages[-1]["content"],
+        depth=depth,
+        limits=state.limits,
+        tree_spent_usd=tree_spent_usd,
+    )
+    text = agent.instructions_for(context)
+    if text:
+        state.messages.insert(0, {"role": "system", "content": text})
 
 
 def _kept(settings: ModelSettings) -> ModelSettings | None:
@@ -125,15 +160,19 @@ def reopen_state(
     state.awaiting.clear()  # resumed: so are its interrupted children
 
 
-def load_live(runner: Host, run_id: str, agent: Agent, parent: LiveRun | None) -> LiveRun:
-    """A saved run, live again, with its tree usage recounted from its descendants.
+def load_live(
+    runner: Host, run_id: str, agent: Agent, parent: LiveRun | None, deps: object = None
+) -> LiveRun:
+    """A saved run, live again, with its tree usage recounted from its descendants
+    (``deps``: a root's dependencies; a child has its parent's).
 
     A process can die after a descendant saved its spend but before an ancestor
     did; recounting from each run's own usage makes the tree totals exact again.
     """
     state = runner.store.load(run_id)
     state.tree = _tree_usage(runner, state)
-    return LiveRun(state=state, agent=agent, runner=runner, parent=parent)
+    given = deps if parent is None else parent.deps
+    return LiveRun(state=state, agent=agent, runner=runner, parent=parent, deps=given)
 
 
 def _tree_usage(runner: Host, state: RunState) -> Usage:
@@ -276,9 +315,11 @@ async def spawn_child(
     task: str,
     *,
     limits: Limits | None = None,
+    deps: object = None,
     where: Children = IN_PROCESS,
 ) -> str:
-    """Run ``agent`` as a child of ``parent`` for call ``call_id``; its answer as text.
+    """Run ``agent`` as a child of ``parent`` for call ``call_id``; its answer as text
+    (``deps``: its dependencies, None: the parent's).
 
     The one way a child starts, embedded or on workers (``where``). The binding
     (call id → child run id) is saved with the parent *before* the child's
@@ -290,6 +331,8 @@ async def spawn_child(
     between) is made again under its bound id (with no limits left if its
     parent has none to carve).
     """
+    given = parent.deps if deps is None else deps
+    check_deps(agent.name, agent.deps_type, given, "start")
     child_id = parent.state.children.get(call_id)
     child = None if child_id is None else await where.reattach(parent, child_id, agent)
     if child is None:
@@ -301,8 +344,10 @@ async def spawn_child(
                     return f"{agent.name} was not started: {carved}."
                 carved = Limits(max_turns=0, max_budget_usd=0.0)  # bound already: ends at once
             state.limits = carved
-            child = LiveRun(state=state, agent=agent, runner=runner, parent=parent)
+            child = LiveRun(state=state, agent=agent, runner=runner, parent=parent, deps=given)
+            instruct(child)
             await where.open(parent, child, bind=child_id is None)
+    child.deps = given
     parent.children.append(child)
     await where.run(child)
     while answered_by_parent(parent, child):  # its request for more, granted by the parent

@@ -187,8 +187,10 @@ class Host(Protocol):
         task: str,
         *,
         limits: Limits | None = None,
+        deps: Any = None,
     ) -> Awaitable[str]:
-        """Run a child of ``parent`` for call ``call_id``; its answer as text (awaited)."""
+        """Run a child of ``parent`` for call ``call_id``; its answer as text (awaited;
+        ``deps``: the child's dependencies, None: the parent's)."""
         ...
 
 
@@ -261,6 +263,8 @@ class LiveRun:
     plans: list[Any] = attrs.Factory(list)
     """How the children of this run's replies share its budget (:class:`orchestra._core.fair.Plan`;
     in memory only: a run taken up again plans the children it has not started)."""
+    deps: Any = None
+    """The run's dependencies (see :mod:`orchestra._deps`): in memory only, never saved."""
     estimated: int = 0
     """Replies this process charged without the server's usage (as estimated:
     see :func:`~orchestra._core.budget.settle`); the run's reason says so."""

@@ -25,6 +25,7 @@ next, so a worker's death costs only the step in flight), with:
 Needs the ``[distributed]`` extra (``dbos`` pinned, ``psycopg``).
 """
 
+from .._deps import DEPS_KEY
 from ._client import Cluster, cancel_tree, ledger_rows, resume_tree, submit
 from ._follow import tree_events
 from ._ledger import PostgresLedger
@@ -33,6 +34,7 @@ from ._worker import AGENTS_KEY, Worker
 
 __all__ = [
     "AGENTS_KEY",
+    "DEPS_KEY",
     "Cluster",
     "PostgresLedger",
     "PostgresStore",

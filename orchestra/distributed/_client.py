@@ -22,7 +22,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .._agent import Agent
-from .._core.execute import new_state, reopen_state
+from .._core.execute import instruct_state, new_state, reopen_state
+from .._deps import DEPS_KEY, check_deps, deps_of_reference
 from .._exceptions import StateError
 from .._settings import ModelSettings
 from .._state import Limits, RunState, Status
@@ -80,16 +81,30 @@ def submit(
     metadata: dict[str, str] | None = None,
     run_id: str | None = None,
     settings: ModelSettings | None = None,
+    deps: str | None = None,
 ) -> str:
     """Save and queue a new root run of ``agent``; its run id (``run_id`` if given:
     a client may follow the tree's events before it exists). ``settings``: how
     the run asks its model, over its agent's (saved with it: any worker uses them).
 
     ``metadata`` must let a worker rebuild the agent: a CLI recipe, or
-    ``{AGENTS_KEY: "module:attr"}``.
+    ``{AGENTS_KEY: "module:attr"}``. ``deps``: the tree's dependencies as
+    ``"module:attr"`` (a value or a function returning one), made by each
+    worker that executes a run of the tree (the reference is saved, never
+    the value; see :mod:`orchestra._deps`).
+
+    Raises:
+        ConfigError: ``deps`` cannot be made, or are not what the agent needs.
     """
     limits = (limits or agent.limits).anchored(time.time())
+    metadata = dict(metadata or {})
+    made = None
+    if deps is not None:
+        metadata[DEPS_KEY] = deps
+        made = deps_of_reference(deps)  # here too: refused now rather than on a worker
+    check_deps(agent.name, agent.deps_type, made, "start")
     state = new_state(agent, task, limits, None, None, run_id, metadata, settings)
+    instruct_state(state, agent, made, 0, 0.0)
     cluster.store.save(state)
     cluster.ledger.open_node(state, 0)
     cluster.queue.enqueue_now(state.run_id)

@@ -34,7 +34,7 @@ import contextlib
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, ClassVar, Protocol, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
 import attrs
 import trio
@@ -188,9 +188,12 @@ class WorkerRunner(Runner):
         task: str,
         *,
         limits: Limits | None = None,
+        deps: Any = None,
     ) -> str:
         """Bind, carve and run a child of ``parent`` inline, or queue and await it;
         its answer (the one path of :func:`~orchestra._core.execute.spawn_child`).
+        ``deps``: the child's dependencies where it runs inline (None: its
+        parent's); a queued child gets those its worker makes for the tree.
 
         A new child runs inline if this worker has room; a bound one (its parent
         taken up again) where it ran: inline if its row says so, else queued.
@@ -199,11 +202,11 @@ class WorkerRunner(Runner):
         inline = await self._inline(bound)
         if not inline:
             return await spawn_child(
-                self, parent, call_id, agent, task, limits=limits, where=OnWorkers(self)
+                self, parent, call_id, agent, task, limits=limits, deps=deps, where=OnWorkers(self)
             )
         try:
             return await spawn_child(
-                self, parent, call_id, agent, task, limits=limits, where=Inline(self)
+                self, parent, call_id, agent, task, limits=limits, deps=deps, where=Inline(self)
             )
         finally:
             self.room.give()

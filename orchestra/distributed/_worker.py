@@ -42,6 +42,7 @@ import trio
 from .._agent import Agent
 from .._core.execute import execute, trio_deadline
 from .._core.run import LiveRun
+from .._deps import DEPS_KEY, deps_of_reference
 from .._events import EventSink, fanout
 from .._exceptions import ConfigError, LeaseLost, StateError, StoreError, StoreUnreachable
 from .._model.margin import Margin
@@ -163,6 +164,7 @@ class Worker:
     _providers: dict[ProviderOptions, HTTPProvider] = attrs.field(factory=dict, init=False)
     _runners: dict[str, WorkerRunner] = attrs.field(factory=dict, init=False)
     _roots: dict[str, tuple[WorkerRunner, Agent]] = attrs.field(factory=dict, init=False)
+    _tree_deps: dict[str, object] = attrs.field(factory=dict, init=False)
     _running: dict[str, LiveRun] = attrs.field(factory=dict, init=False)
     _taken: set[str] = attrs.field(factory=set, init=False)
     _cancels: dict[str, str] = attrs.field(factory=dict, init=False)
@@ -448,9 +450,11 @@ class Worker:
         root = lineage[-1] if lineage else state
         runner, root_agent = await self._root(root)
         node: LiveRun | None = None
-        for ancestor in reversed(lineage):
+        for ancestor in [*reversed(lineage), state]:
             node = self._node(ancestor, root_agent, runner, node)
-        return self._node(state, root_agent, runner, node)
+            node.deps = self._deps_of(root)  # every run of the tree: the tree's
+        assert node is not None
+        return node
 
     def _node(
         self, state: RunState, root_agent: Agent, runner: WorkerRunner, parent: LiveRun | None
@@ -482,6 +486,22 @@ class Worker:
             known = self._rebuild(root)
             self._roots[root.run_id] = known
         return known
+
+    def _deps_of(self, root: RunState) -> object:
+        """The dependencies of a tree's runs: made here from the reference its root
+        was submitted with (once per tree in this process; None without one).
+
+        Raises:
+            ConfigError: the reference cannot be imported, or making them failed.
+        """
+        reference = root.metadata.get(DEPS_KEY)
+        if reference is None:
+            return None
+        if root.run_id not in self._tree_deps:
+            if len(self._tree_deps) >= _ROOTS_KEPT:
+                self._tree_deps.clear()
+            self._tree_deps[root.run_id] = deps_of_reference(reference)
+        return self._tree_deps[root.run_id]
 
     def _rebuild(self, root: RunState) -> tuple[WorkerRunner, Agent]:
         reference = root.metadata.get(AGENTS_KEY)

@@ -20,9 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
 import trio
 
-from orchestra import Agent, Limits, Reconciled, ToolContext, catalog, tool
+from orchestra import Agent, Limits, Reconciled, RunContext, ToolContext, catalog, tool
 from orchestra.testing import scan_archive as canned_scan
 
 SANDBOX = Path(os.environ.get("ORCHESTRA_TEST_SANDBOX", "."))
@@ -225,3 +226,47 @@ def chaos_idempotent_tree() -> Agent:
 def chaos_plain_tree() -> Agent:
     """The ``slow_tree`` parent over researchers whose write is plain."""
     return _chaos_tree(chaos_plain_scan)
+
+
+@attrs.frozen
+class Incident:
+    """The dependencies of :func:`deps_tree`'s runs: files, and who made them."""
+
+    texts: dict[str, str]
+    made_in: int
+
+
+def incident() -> Incident:
+    """Made by each worker that executes a run of a :func:`deps_tree` tree."""
+    texts = {"errors.log": "WORKER-MADE: worker 7 timed out", "notes.txt": "restart it"}
+    return Incident(texts=texts, made_in=os.getpid())
+
+
+@tool(read_only=True)
+def read_incident_file(path: str, ctx: ToolContext[Incident]) -> str:
+    """The text of one file of the incident (from the run's dependencies)."""
+    return f"{ctx.deps.texts.get(Path(path).name, 'none')} (pid {ctx.deps.made_in})"
+
+
+def _instructions(ctx: RunContext[Incident]) -> str:
+    return f"You read files of an incident; depth {ctx.depth}."
+
+
+def deps_tree() -> Agent[Incident, Any]:
+    """The ``research`` tree whose researchers read files from ``ctx.deps``."""
+    researcher = Agent(
+        name="researcher",
+        model="researcher",
+        instructions=_instructions,
+        tools=[attrs.evolve(read_incident_file, name="read_file")],
+        deps_type=Incident,
+        limits=Limits(max_turns=6, max_budget_usd=0.01),
+    )
+    return Agent(
+        name="assistant",
+        model="research",
+        instructions=_instructions,
+        tools=[researcher.as_tool(name="research")],
+        deps_type=Incident,
+        limits=Limits(max_turns=10, max_budget_usd=0.05),
+    )
