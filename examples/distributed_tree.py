@@ -24,7 +24,7 @@ was paid twice.
 
 Without ``--store`` (or ``$ORCHESTRA_PG_URL``) a throwaway PostgreSQL cluster
 is started with ``tools/postgres.py`` (Debian's postgresql package) and
-removed afterwards. Needs ``pip install 'orchestra[distributed]'``.
+removed afterwards. Needs ``pip install 'orchestra-trees[distributed]'``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The chapter's file catalog served over MCP (stdio by default, or streamable HTTP).
 
 A small Model Context Protocol server over one directory, for Orchestra's MCP
-tools (``pip install 'orchestra[mcp]'``). Its tools carry the hints Orchestra
+tools (``pip install 'orchestra-trees[mcp]'``). Its tools carry the hints Orchestra
 turns into policy: ``list_files``, ``read_file`` and ``scan_archive`` are
 read-only (dedupable, run concurrently), ``delete_file`` is destructive (a
 human approves it), ``append_note`` is a plain write (in doubt if the server

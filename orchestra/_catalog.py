@@ -155,8 +155,8 @@ def _read_head(path: Path, limit: int, name: str) -> str:
 
 
 def catalog(directory: str | Path, *, max_read_bytes: int = 64 * 1024) -> tuple[Tool, ...]:
-    """The three catalog tools, bound to ``directory``: ``list_files``,
-    ``read_file`` and ``delete_file``.
+    """The four catalog tools, bound to ``directory``: ``list_files``,
+    ``read_file``, ``search_files`` and ``delete_file``.
 
     ``read_file`` returns at most ``max_read_bytes`` of a file (at least 1024).
     """

@@ -108,7 +108,7 @@ def _body(value: Mapping[str, Any] | None) -> dict[str, Any]:
 class ModelSettings:
     """How the model samples a reply (None, or empty: the server's default).
 
-    Args:
+    Attributes:
         temperature: sampling temperature, 0 to 2.
         top_p: nucleus sampling mass, above 0 up to 1.
         seed: asks for repeatable sampling, where the server supports it.

@@ -36,6 +36,7 @@ UNTIMED = (
     "fastapi_app",
     "reconcile",
     "top_up",
+    "stream_words",
 )
 NEED_A_SERVICE = ("research_trace", "six_tasks", "local_tree", "distributed_tree")
 """Examples that need Jaeger, a local model server or PostgreSQL: not run here
@@ -274,3 +275,11 @@ def test_top_up_asks_grants_and_completes_within_the_roots_budget(ran: dict[str,
     assert r.row("  children completed")[-1] == "3/3"
     spent, budget = (float(x) for x in r.row("  tree spend / root budget")[-3::2])
     assert spent <= budget
+
+
+def test_stream_words_reads_the_roots_words_as_they_arrive(ran: dict[str, Ran]) -> None:
+    words = ran["stream_words"]
+    assert int(words.row("pieces of the answer")[-1]) > 1
+    first, stopped = words.row("first word after")[-2], words.row("tree stopped after")[-2]
+    assert int(first) < int(stopped)
+    assert words.err.startswith("Findings: 1) errors.log says:")

@@ -301,9 +301,14 @@ def _decided(
 
 
 async def _run_concurrently(run: LiveRun, calls: list[Call]) -> None:
+    """Run ``calls`` at once. One may stop the run (a child waiting for a person:
+    the run is saved, stopped, then) while others go on; once they have all
+    ended, the run is saved again, with what they spent and returned."""
     async with trio.open_nursery() as nursery:
         for call in calls:
             nursery.start_soon(run_call, run, call)
+    if run.state.status is not Status.RUNNING:
+        run.save_held()
 
 
 async def _run_gated(run: LiveRun, call: Call) -> bool:

@@ -418,7 +418,12 @@ class LiveRun:
             tree_cost_usd=to_usd(s.tree.cost_pico),
             interruption=s.interruption.to_dict() if s.interruption else None,
         )
-        if not self.runner.keeper.lost_lease(s.root_id):
+        self.save_held()
+
+    def save_held(self) -> None:
+        """Save, unless this process lost the tree's lease (then the state stays in
+        memory: the new holder's saved state is never overwritten)."""
+        if not self.runner.keeper.lost_lease(self.state.root_id):
             with contextlib.suppress(LeaseLost):  # the runner has noted it and cancels the tree
                 self.checkpoint()
 

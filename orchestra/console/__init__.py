@@ -8,7 +8,7 @@ process of its own) and stop a running tree (a cancel request in the store,
 applied by the process running it, as ``orchestra cancel`` does).
 
 The server (Hypercorn's trio worker, Starlette) listens on 127.0.0.1 only
-and needs the ``console`` extra: ``pip install 'orchestra[console]'``. This
+and needs the ``console`` extra: ``pip install 'orchestra-trees[console]'``. This
 module imports neither, so ``orchestra --help`` and the other commands start
 without them.
 

@@ -48,7 +48,7 @@ def missing() -> str | None:
         import dbos  # noqa: F401
         import psycopg  # noqa: F401
     except ModuleNotFoundError as exc:
-        return f"{exc.name} is missing: pip install 'orchestra[distributed]'"
+        return f"{exc.name} is missing: pip install 'orchestra-trees[distributed]'"
     return None
 
 

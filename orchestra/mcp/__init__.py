@@ -1,6 +1,6 @@
 """Tools from Model Context Protocol servers, governed like Orchestra's own.
 
-Needs the ``mcp`` extra (``pip install 'orchestra[mcp]'``); the core never
+Needs the ``mcp`` extra (``pip install 'orchestra-trees[mcp]'``); the core never
 imports it. :func:`open_tools` connects to servers over stdio
 (:class:`StdioServer`) or streamable HTTP (:class:`HttpServer`), lists their
 tools and turns each into an Orchestra :class:`~orchestra.Tool`, its JSON
@@ -33,7 +33,7 @@ try:
     import mcp as _mcp  # noqa: F401
 except ModuleNotFoundError:  # pragma: no cover - the core install
     raise ModuleNotFoundError(
-        "orchestra.mcp needs the mcp extra: pip install 'orchestra[mcp]'", name="mcp"
+        "orchestra.mcp needs the mcp extra: pip install 'orchestra-trees[mcp]'", name="mcp"
     ) from None
 
 from ._servers import HttpServer, StdioServer, parse_server

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -380,3 +381,39 @@ async def test_run_child_of_something_not_an_agent_is_refused_in_words():
     assert result.status is Status.COMPLETED
     assert result.state.children == {}
     assert "run_child starts an Agent, not str" in tool_messages(result)[0]
+
+
+async def test_a_run_stopped_by_one_of_its_concurrent_calls_is_saved_again_when_the_rest_end(
+    autojump_clock: Any, sandbox: Path, tmp_path: Path
+) -> None:
+    """Of two children started at once, one asks a person for more budget (the parent
+    stops, saved, at once) while the other is still in a 3 s scan: once the scan's
+    child ends, its spend is in the parent's saved tree cost too."""
+    from orchestra import Agent, Limits, OpenAIProvider, Runner, SQLiteStore, tool
+    from orchestra.testing import ScriptedTransport, demo_tools, scan_archive
+
+    asking = Agent(
+        name="researcher",
+        model="runaway",
+        tools=demo_tools(sandbox),
+        limits=Limits(max_turns=8, max_budget_usd=0.004, on_limit="ask"),
+    )
+    scanning = Agent(name="scanner", model="slow", tools=[scan_archive])
+
+    @tool(read_only=True)
+    async def research(question: str, ctx: ToolContext) -> str:
+        """Research one question."""
+        child = asking if "[runaway]" in question else scanning
+        return await ctx.run_child(child, question)
+
+    lead = Agent(name="lead", model="research_runaway", tools=[research], limits=Limits())
+    provider = OpenAIProvider(base_url="http://s/v1", api_key="-", transport=ScriptedTransport())
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        result = await Runner(provider=provider, store=store).run(lead, "Why?")
+        saved = {s.run_id: s for s in (store.load(r.run_id) for r in result.walk())}
+    root = saved[result.run_id]
+    assert root.status is Status.INTERRUPTED, root.reason
+    kinds = {s.agent: s.status for s in saved.values()}
+    assert kinds == {"lead": Status.INTERRUPTED, "researcher": Status.INTERRUPTED,
+                     "scanner": Status.COMPLETED}  # fmt: skip
+    assert root.tree.cost_pico == sum(s.own.cost_pico for s in saved.values())

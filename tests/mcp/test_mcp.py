@@ -15,7 +15,9 @@ import httpx
 import pytest
 import trio
 
-pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install 'orchestra[mcp]')")
+pytest.importorskip(
+    "mcp", reason="the mcp extra is not installed (pip install 'orchestra-trees[mcp]')"
+)
 
 from orchestra import (
     Agent,

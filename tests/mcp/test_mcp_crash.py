@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install 'orchestra[mcp]')")
+pytest.importorskip(
+    "mcp", reason="the mcp extra is not installed (pip install 'orchestra-trees[mcp]')"
+)
 
 from orchestra import InterruptionKind, SQLiteStore, Status
 
