@@ -211,6 +211,22 @@ class Reporting:
     provider_name: str | None
     capture_content: bool
 
+    @classmethod
+    def plain(cls, store_path: str | None, as_json: bool) -> Reporting:
+        """A tree reported to the store ``store_path`` and on stdout, nothing more
+        (a command without the reporting options: ``approve --resume``)."""
+        return cls(
+            trace=None,
+            store_path=store_path,
+            as_json=as_json,
+            json_events=False,
+            otlp=False,
+            otlp_protocol=None,
+            otlp_endpoint=None,
+            provider_name=None,
+            capture_content=False,
+        )
+
 
 reporting_options = bundled(
     "reporting",

@@ -1,5 +1,6 @@
 """``orchestra approve``, ``reject`` and ``grant``: decide what a run waits on
-(a call to approve, or a request for more budget: ``on_limit="ask"``)."""
+(a call to approve, or a request for more budget: ``on_limit="ask"``), and with
+``--resume`` go on with the tree at once, as ``orchestra resume`` would."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .common import json_option
+from .common import Reporting, json_option
 from .stores import existing_store, is_distributed, store_flag, store_option
 
 if TYPE_CHECKING:
+    from .._state import RunState
     from .._stores.contract import DurableStore
 
 __all__ = ["approve", "grant", "reject"]
@@ -21,41 +23,97 @@ __all__ = ["approve", "grant", "reject"]
 
 _DONE = {"approve": "approved call", "reject": "rejected call", "grant": "granted request"}
 
+resume_option = click.option(
+    "--resume",
+    "and_resume",
+    is_flag=True,
+    help="Then resume the tree here at once, as `orchestra resume` does: decide and "
+    "continue in one step.",
+)
+
+key_option = click.option(
+    "--api-key",
+    default="",
+    metavar="KEY",
+    help="With --resume: the key for the tree's endpoint; never saved. [default: "
+    "$OPENAI_API_KEY, or $ANTHROPIC_API_KEY for an Anthropic run]",
+)
+
 
 def _decision(fn: Callable[..., dict[str, Any]]) -> Callable[..., None]:
-    """A command that decides with ``fn`` and says what it decided and what comes next."""
+    """A command that decides with ``fn`` and says what it decided and what comes
+    next, or (``--resume``) goes on with the tree."""
 
     @wraps(fn)
-    def wrapper(run_id: str, store_path: str | None, as_json: bool, **kw: Any) -> None:
+    def wrapper(
+        run_id: str,
+        store_path: str | None,
+        as_json: bool,
+        and_resume: bool,
+        api_key: str,
+        **kw: Any,
+    ) -> None:
         store = existing_store(store_path)
         root = store.resolve(run_id)
+        here = and_resume and not is_distributed(store_path)
+        tree = _resumable(store, root) if here else None  # checked before deciding
         waiting = fn(store, root, **kw)
         if waiting["kind"] == "budget_request":
             given = {k: v for k, v in kw.items() if v and k != "call_id"}
             waiting = {**waiting, "tool": "more budget", "arguments": given}
-        if is_distributed(store_path):
-            assert store_path is not None
-            from ..distributed._cli import requeue
+        if is_distributed(store_path):  # the workers go on with it: --resume is implied
+            _queued(fn.__name__, store_path, root, waiting, as_json)
+        elif tree is not None:
+            from .resume import resume_here
 
-            queued = requeue(store_path, root)
-            click.echo(
-                json.dumps({"run_id": root, "decided": fn.__name__, "queued": queued})
-                if as_json
-                else f"{_DONE[fn.__name__]} {waiting['call_id']} in run {waiting['run_id']}; "
-                f"queued {queued}: the workers continue it"
-            )
-            return
-        if as_json:
+            click.echo(_said(fn.__name__, waiting), err=as_json)  # stdout: the tree's report
+            resume_here(store, tree, Reporting.plain(store_path, as_json), api_key)
+        elif as_json:
             call = json.loads(json.dumps(waiting, default=str))
             click.echo(json.dumps({"run_id": root, "decided": fn.__name__, "call": call}))
-            return
-        click.echo(
-            f"{fn.__name__}: {waiting['tool']} {json.dumps(waiting['arguments'])} "
-            f"(call {waiting['call_id']} in run {waiting['run_id']})"
-        )
-        click.echo(f"next: orchestra resume {root}{store_flag(store_path)}")
+        else:
+            click.echo(_said(fn.__name__, waiting))
+            click.echo(f"next: orchestra resume {root}{store_flag(store_path)}")
 
-    return wrapper
+    return resume_option(key_option(wrapper))
+
+
+def _resumable(store: DurableStore, run_id: str) -> RunState:
+    """The root of ``run_id``'s tree, which this process can resume.
+
+    Raises:
+        StateError: the tree was not started by the CLI (nothing saved to rebuild
+            its agent from).
+    """
+    from .._recipes.recipe import Recipe
+
+    root = store.load(store.load(run_id).root_id)
+    Recipe.of(root)
+    return root
+
+
+def _said(decided: str, waiting: dict[str, Any]) -> str:
+    """``approve: delete_file {"path": "x"} (call c1 in run run_…)``."""
+    return (
+        f"{decided}: {waiting['tool']} {json.dumps(waiting['arguments'])} "
+        f"(call {waiting['call_id']} in run {waiting['run_id']})"
+    )
+
+
+def _queued(
+    decided: str, store_path: str | None, root: str, waiting: dict[str, Any], as_json: bool
+) -> None:
+    """Queue the tree again for the workers of a PostgreSQL store, and say so."""
+    from ..distributed._cli import requeue
+
+    assert store_path is not None
+    queued = requeue(store_path, root)
+    click.echo(
+        json.dumps({"run_id": root, "decided": decided, "queued": queued})
+        if as_json
+        else f"{_DONE[decided]} {waiting['call_id']} in run {waiting['run_id']}; "
+        f"queued {queued}: the workers continue it"
+    )
 
 
 @click.command()

@@ -19,8 +19,8 @@ from .common import (
     reporting_options,
     tree_options,
 )
-from .options import SECONDS, TURNS
-from .stores import must_exist
+from .conversation import Continuation, continuation
+from .options import SECONDS, TURNS, Number
 
 __all__ = ["demo"]
 
@@ -67,15 +67,25 @@ FOLLOW_UP = "Thanks. What should we do about it?"
 """The demo's next message when it continues a run (``--continue``) without ``--message``."""
 
 
-def _sandbox(directory: str | None) -> Path:
+def _sandbox(directory: str | None, earlier: Continuation | None) -> Path:
+    """``--dir`` (given the demo files if missing or empty), else the conversation's
+    (as the earlier run left it), else a new temporary directory with the files;
+    a continuation says which on stderr."""
     import tempfile
 
     from .._scripted import make_sandbox
 
-    if directory is None:
-        return make_sandbox(tempfile.mkdtemp(prefix="orchestra-demo-"))
-    path = Path(directory)
-    return path if path.is_dir() and any(path.iterdir()) else make_sandbox(path)
+    kept = earlier.sandbox() if earlier is not None and directory is None else None
+    if kept is not None:
+        path = Path(kept)
+    elif directory is None:
+        path = make_sandbox(tempfile.mkdtemp(prefix="orchestra-demo-"))
+    else:
+        path = Path(directory)
+        path = path if path.is_dir() and any(path.iterdir()) else make_sandbox(path)
+    if earlier is not None:
+        click.echo(f"sandbox: {path} ({earlier.said(str(path))})", err=True)
+    return path
 
 
 @click.command(cls=DemoCommand)
@@ -116,7 +126,17 @@ def _sandbox(directory: str | None) -> Path:
     type=click.Path(file_okay=False),
     default=None,
     help="Sandbox directory (made, with the demo files, if missing or empty). "
-    "[default: a new temporary directory]",
+    "[default: a new temporary directory; with --continue, the conversation's if it is "
+    "still there]",
+)
+@click.option(
+    "--chunk-ms",
+    type=Number(max=60_000.0),
+    default=0.0,
+    show_default=True,
+    metavar="MS",
+    help="Milliseconds the scripted server waits before each chunk of a streamed reply: "
+    "watch the tree stream (try 30).",
 )
 @click.option(
     "--message",
@@ -138,6 +158,7 @@ def demo(
     fatal_errors: bool,
     cancel_after: float | None,
     directory: str | None,
+    chunk_ms: float,
     message: str | None,
     wire: str | None,
     tree: TreeOptions,
@@ -153,12 +174,11 @@ def demo(
     from .._recipes.demo import demo_task, parse_scenario
     from . import start
 
-    if continue_from is not None:  # a run to continue is in a store that exists
-        must_exist(reporting.store_path)  # refused before anything is made
+    earlier = continuation(reporting.store_path, continue_from)  # before anything is made
     recipe = start.recipe(
         tree,
         reporting,
-        directory=str(_sandbox(directory)),
+        directory=str(_sandbox(directory, earlier)),
         scenario=scenario,
         errors=errors,
         fatal_errors=fatal_errors,
@@ -169,6 +189,10 @@ def demo(
     if max_turns is None:
         slow_tree = parse_scenario(scenario)[0] == "slow_tree"
         max_turns = 3 + 3 * (children or 3) if slow_tree else 20
-    session, spans = start.session(recipe, reporting, cancel_after=cancel_after)
-    task = demo_task(scenario, children) if continue_from is None else message or FOLLOW_UP
-    start.start(session, start.limits(max_turns, tree), task, reporting, spans, continue_from)
+    store = earlier.store if earlier else None
+    session, spans = start.session(
+        recipe, reporting, store=store, cancel_after=cancel_after, chunk_s=chunk_ms / 1000
+    )
+    task = demo_task(scenario, children) if earlier is None else message or FOLLOW_UP
+    limits = start.limits(max_turns, tree)
+    start.start(session, limits, task, reporting, spans, earlier.run_id if earlier else None)

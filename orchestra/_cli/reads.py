@@ -21,7 +21,8 @@ __all__ = ["runs", "show", "trace"]
 @store_option
 @json_option
 def runs(limit: int, all_runs: bool, store_path: str | None, as_json: bool) -> None:
-    """Recent runs: each one's agent, status (and what an interrupted one waits for) and spend."""
+    """Recent runs: each one's agent, model, status (and what an interrupted one waits
+    for) and spend; a conversation's runs together, each marked with the run it continues."""
     states = existing_store(store_path).list_runs(limit=limit, roots_only=not all_runs)
     if not as_json:
         from .._views.printed import print_runs
@@ -34,6 +35,7 @@ def runs(limit: int, all_runs: bool, store_path: str | None, as_json: bool) -> N
                 {
                     "run_id": s.run_id,
                     "agent": s.agent,
+                    "model": s.model,
                     "status": s.status.value,
                     "waits_for": s.interruption.kind.value if s.interruption else None,
                     "turns": s.turns,
@@ -41,6 +43,8 @@ def runs(limit: int, all_runs: bool, store_path: str | None, as_json: bool) -> N
                     "tree_cost_usd": s.tree.cost_usd,
                     "updated_at": s.updated_at,
                     "parent_id": s.parent_id,
+                    "continues": s.continues,
+                    "conversation_id": s.conversation,
                 }
                 for s in states
             ]

@@ -24,9 +24,10 @@ from .stores import is_distributed, loaded, store_flag
 if TYPE_CHECKING:
     from .._result import RunResult
     from .._runner import Runner
+    from .._stores.contract import DurableStore
     from .._tools import Tool
 
-__all__ = ["resume"]
+__all__ = ["resume", "resume_here"]
 
 
 @click.command()
@@ -47,10 +48,6 @@ def resume(
     reporting: Reporting,
 ) -> None:
     """Continue a stopped run (after an approval, a cancel, a crash or a raised limit)."""
-    from .._model.tokens import encoding
-    from .._recipes.recipe import Recipe
-    from . import start
-
     store, state = loaded(reporting.store_path, run_id)
     raises = (max_turns, max_budget, timeout, max_tokens_total)
     if is_distributed(reporting.store_path):
@@ -61,7 +58,22 @@ def resume(
             f"run {state.run_id} is a child run; resume its tree from the root: "
             f"orchestra resume {state.root_id}{store_flag(reporting.store_path)}"
         )
-    raised = _raised(state.limits, *raises)
+    resume_here(store, state, reporting, api_key, _raised(state.limits, *raises))
+
+
+def resume_here(
+    store: DurableStore,
+    state: RunState,
+    reporting: Reporting,
+    api_key: str = "",
+    raised: Limits | None = None,
+) -> None:
+    """Continue the stopped tree whose root is ``state`` in this process (its limits
+    ``raised``, if given), report it as ``reporting`` says and exit with its status."""
+    from .._model.tokens import encoding
+    from .._recipes.recipe import Recipe
+    from . import start
+
     recipe = Recipe.of(state)
     if reporting.provider_name is not None:
         recipe = attrs.evolve(recipe, provider_name=reporting.provider_name)

@@ -20,8 +20,8 @@ from .common import (
     reporting_options,
     tree_options,
 )
+from .conversation import continuation
 from .options import MAX_SECONDS, READ_ONLY_TOOLS, TURNS, Number, ToolNames, count
-from .stores import must_exist
 
 __all__ = ["run_command"]
 
@@ -30,12 +30,11 @@ __all__ = ["run_command"]
 @click.argument("task")
 @click.option(
     "--base-url",
-    envvar=["OPENAI_BASE_URL", "LLM_BASE_URL"],
-    show_envvar=True,
     default=None,
     metavar="URL",
-    help="The OpenAI-compatible endpoint, e.g. http://localhost:8080/v1 "
-    "[default: OpenAI's API when an OpenAI key is given].",
+    help="The endpoint, e.g. http://localhost:8080/v1 [default: $OPENAI_BASE_URL (or "
+    "$LLM_BASE_URL), else OpenAI's API when an OpenAI key is given; for --provider "
+    "anthropic: $ANTHROPIC_BASE_URL, else Anthropic's API].",
 )
 @api_key_option
 @click.option("--model", required=True, metavar="NAME", help="The model name the endpoint expects.")
@@ -86,9 +85,9 @@ __all__ = ["run_command"]
     "--dir",
     "directory",
     type=click.Path(file_okay=False, exists=True),
-    default=".",
-    show_default=True,
-    help="The sandbox: the only directory the tools see (said on stderr at the start).",
+    default=None,
+    help="The sandbox: the only directory the tools see (said on stderr at the start). "
+    "[default: the current directory; with --continue, the conversation's if it is still there]",
 )
 @click.option(
     "--recover-tool-calls",
@@ -138,7 +137,7 @@ def run_command(
     child_budget: float,
     child_turns: int,
     max_turns: int,
-    directory: str,
+    directory: str | None,
     recover_tool_calls: bool,
     request_timeout: float,
     max_tokens: int,
@@ -152,15 +151,16 @@ def run_command(
 
     The endpoint and key may come from $OPENAI_BASE_URL and $OPENAI_API_KEY;
     with a key and no endpoint, the run goes to OpenAI's API.
-    The tools see only the sandbox directory (--dir, the current one by
-    default); they read only, unless --tools offers delete_file. Everything
-    but the key is saved with the run, so `orchestra resume` rebuilds the same
-    agent.
+    The tools see only the sandbox directory (--dir: the current one by
+    default; a continuation keeps its conversation's); they read only, unless
+    --tools offers delete_file. Everything but the key is saved with the run,
+    so `orchestra resume` rebuilds the same agent.
     """
     from . import start
 
-    if continue_from is not None:  # a run to continue is in a store that exists
-        must_exist(reporting.store_path)  # refused before anything is made
+    earlier = continuation(reporting.store_path, continue_from)  # before anything is made
+    if directory is None:
+        directory = (earlier.sandbox() if earlier else None) or "."
     wire, model = wire_of(wire, model)
     recipe = start.recipe(
         tree,
@@ -182,9 +182,12 @@ def run_command(
         max_tokens=max_tokens,
         wait_for_server_s=wait_for_server_s,
     )
-    click.echo(f"sandbox: {recipe.directory} (tools: {', '.join(tools)})", err=True)
-    session, spans = start.session(recipe, reporting, api_key=api_key)
-    start.start(session, start.limits(max_turns, tree), task, reporting, spans, continue_from)
+    kept = f"{earlier.said(recipe.directory)}; " if earlier else ""
+    click.echo(f"sandbox: {recipe.directory} ({kept}tools: {', '.join(tools)})", err=True)
+    store = earlier.store if earlier else None
+    session, spans = start.session(recipe, reporting, store=store, api_key=api_key)
+    limits = start.limits(max_turns, tree)
+    start.start(session, limits, task, reporting, spans, earlier.run_id if earlier else None)
 
 
 def _endpoint(base_url: str | None, api_key: str, wire: str = "chat") -> str:
@@ -199,6 +202,10 @@ def _endpoint(base_url: str | None, api_key: str, wire: str = "chat") -> str:
 
     if base_url:
         return base_url
+    if wire != "anthropic":  # an OpenAI endpoint's variable never sends an Anthropic key
+        url = os.environ.get("OPENAI_BASE_URL") or os.environ.get("LLM_BASE_URL")
+        if url:
+            return url
     if wire == "anthropic":
         url = os.environ.get("ANTHROPIC_BASE_URL")
         if url or api_key or os.environ.get("ANTHROPIC_API_KEY"):

@@ -11,7 +11,7 @@ import click
 from .common import api_key_option, json_option
 from .errors import CommandError
 from .options import Number, count
-from .stores import is_distributed, new_store, store_option
+from .stores import is_distributed, must_exist, new_store, store_option
 
 if TYPE_CHECKING:
     from .._stores.contract import DurableStore
@@ -34,21 +34,30 @@ def _reason(exc: OSError) -> str:
     help="Port on 127.0.0.1 (0: any free one; the URL says which).",
 )
 @store_option
-def console_command(port: int, store_path: str | None) -> None:
+@click.option(
+    "--create",
+    is_flag=True,
+    help="Start over an empty store if none is at --store yet (by default a store "
+    "that does not exist is refused: a typo is said, not served).",
+)
+def console_command(port: int, store_path: str | None, create: bool) -> None:
     """Serve the web console on 127.0.0.1 until Ctrl-C (or SIGTERM).
 
     Recent runs; each tree live with its costs against its budgets, the
-    transcript and events of every run; buttons to approve or reject a call,
-    resume a tree and stop a running one. Resumes it started stop with it
-    (saved, resumable). Needs: pip install 'orchestra[console]'.
+    transcript and events of every run; buttons to approve or reject a call
+    (or approve and continue at once), resume a tree and stop a running one.
+    Resumes it started stop with it (saved, resumable). Needs: pip install
+    'orchestra-trees[console]'.
     """
     from ..console import missing_packages
 
     missing = missing_packages()
     if missing:
         raise CommandError(
-            f"the console needs {' and '.join(missing)}: pip install 'orchestra[console]'"
+            f"the console needs {' and '.join(missing)}: pip install 'orchestra-trees[console]'"
         )
+    if not create:  # a typo is said, not served as an empty store
+        must_exist(store_path, or_else="--create starts an empty one")
     from ..console._server import bind, run_console
 
     if is_distributed(store_path):  # what runs stream on workers shows too
@@ -130,7 +139,7 @@ def worker_command(
     takes runs and child runs from the queue; `orchestra demo|run --store
     postgresql://…` submits, `orchestra cancel|approve|reject|resume --store
     postgresql://…` act on trees wherever they run. Needs: pip install
-    'orchestra[distributed]'.
+    'orchestra-trees[distributed]'.
     """
     from ..distributed._cli import is_database, missing, run_worker
 
@@ -153,7 +162,7 @@ def worker_command(
 
 @click.group("mcp")
 def mcp_group() -> None:
-    """Look at MCP servers (needs the mcp extra: pip install 'orchestra[mcp]')."""
+    """Look at MCP servers (needs the mcp extra: pip install 'orchestra-trees[mcp]')."""
 
 
 @mcp_group.command("list")

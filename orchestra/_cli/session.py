@@ -90,6 +90,8 @@ class Session:
     """Draw the tree's progress on stderr while it runs (only if stderr is a terminal)."""
     json_events: bool = False
     """Print every event, text deltas included, as JSON lines on stdout."""
+    chunk_s: float = 0.0
+    """A demo's scripted server waits this long before each chunk of a streamed reply."""
 
 
 def _events_out(session: Session) -> EventSink | None:
@@ -144,7 +146,7 @@ async def supervise(
         trace = JsonlSink(sys.stderr) if session.trace == "-" else JsonlSink(path=session.trace)
     with _live_view(session) as live:
         async with (
-            session.recipe.provider(session.api_key) as provider,
+            session.recipe.provider(session.api_key, session.chunk_s) as provider,
             session.recipe.mcp_tools() as mcp_tools,
         ):
             if mcp_tools:

@@ -23,7 +23,6 @@ from .._state import Limits
 from .._views.exits import status_exit
 from .._views.printed import print_tree, print_waiting
 from .common import Reporting, TreeOptions
-from .errors import BadValue
 from .stores import is_distributed, new_store, store_flag
 
 if TYPE_CHECKING:
@@ -77,6 +76,7 @@ def session(
     store: Any = None,
     api_key: str = "",
     cancel_after: float | None = None,
+    chunk_s: float = 0.0,
 ) -> tuple[Session, Any]:
     """The session that runs ``recipe`` as ``reporting`` says, and its spans (or None)."""
     from .session import Session
@@ -88,6 +88,7 @@ def session(
         trace=reporting.trace,
         api_key=api_key,
         cancel_after=cancel_after,
+        chunk_s=chunk_s,
         tracer=tracer,
         live=not (reporting.as_json or reporting.json_events),
         json_events=reporting.json_events,
@@ -123,15 +124,12 @@ def start(
     continue_from: str | None = None,
 ) -> None:
     """Run ``task`` as a new tree (here, or on the workers of a PostgreSQL store);
-    with ``continue_from``, as the next message of that run's conversation."""
+    with ``continue_from`` (a whole run id: see :mod:`.conversation`), as the next
+    message of that run's conversation (here only)."""
     from .._conversation import refuse_to_continue
     from .._core.execute import new_run_id
     from .._model.tokens import encoding
 
-    if continue_from is not None and is_distributed(reporting.store_path):
-        raise BadValue(
-            "--continue runs here: a PostgreSQL store's workers do not continue runs yet"
-        )
     if is_distributed(reporting.store_path):
         from ..distributed._cli import submit_and_follow
         from .session import followed

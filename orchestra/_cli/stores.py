@@ -2,9 +2,14 @@
 
 A command that starts a run may create its SQLite file (and folders); a
 command that only reads or acts on saved runs (``runs``, ``show``, ``trace``,
-``cancel``, ``approve``, ``reject``, ``resume``) refuses a file that does not
-exist, naming it, and creates nothing: a typo is said, not papered over with an
-empty store.
+``cancel``, ``approve``, ``reject``, ``resume``, ``console`` unless
+``--create``) refuses a file that does not exist, naming it, and creates
+nothing: a typo is said, not papered over with an empty store.
+
+A run id may be shortened to any prefix that names one run (``run_75d1410d``,
+as ``runs`` and ``show`` print it): every command resolves it with
+:meth:`~orchestra._stores.contract.Store.resolve` (:func:`loaded`), which says
+in one line when no run or several start with it.
 """
 
 from __future__ import annotations
@@ -60,9 +65,10 @@ def existing_store(path: str | None) -> DurableStore:
     return new_store(path)
 
 
-def must_exist(path: str | None) -> None:
+def must_exist(path: str | None, *, or_else: str = "`orchestra demo plan` starts one") -> None:
     """Refuse a SQLite store ``path`` (or the default path) that has no file yet,
-    creating nothing (a PostgreSQL store is not checked here).
+    creating nothing (a PostgreSQL store is not checked here); the message ends
+    with ``or_else``, what to do instead.
 
     Raises:
         CommandError: no SQLite file is there.
@@ -74,8 +80,7 @@ def must_exist(path: str | None) -> None:
     file = Path(path) if path is not None else default_store_path()
     if not file.is_file():
         raise CommandError(
-            f"no run store at {file}: no run was saved there (check --store; "
-            "`orchestra demo plan` starts one)"
+            f"no run store at {file}: no run was saved there (check --store; {or_else})"
         )
 
 

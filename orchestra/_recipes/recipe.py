@@ -284,17 +284,21 @@ class Recipe:
         )
 
     @asynccontextmanager
-    async def provider(self, api_key: str = "") -> AsyncIterator[HTTPProvider]:
+    async def provider(
+        self, api_key: str = "", chunk_s: float = 0.0
+    ) -> AsyncIterator[HTTPProvider]:
         """A provider for this recipe (the embedded scripted server for a demo,
         started for the block, playing the scenario's faults unless :attr:`faults`
-        is off), built by :meth:`ProviderOptions.build`."""
+        is off, waiting ``chunk_s`` seconds before each chunk of a streamed reply),
+        built by :meth:`ProviderOptions.build`."""
         options = self.model_calls().provider
         async with contextlib.AsyncExitStack() as stack:
             url = None
             if options.base_url is None:
                 from .._scripted.server import scripted_server
 
-                url = await stack.enter_async_context(scripted_server(faults=self.faults))
+                server = scripted_server(faults=self.faults, chunk_s=chunk_s)
+                url = await stack.enter_async_context(server)
             provider = options.build(scripted_url=url, api_key=api_key)
             try:
                 yield provider

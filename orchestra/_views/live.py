@@ -42,6 +42,7 @@ class _Run:
     run_id: str
     parent_id: str | None
     agent: str = "?"
+    model: str = ""
     status: str = "running"
     turns: int = 0
     cost_usd: float = 0.0
@@ -140,6 +141,7 @@ class LiveTree:
                 return Node(
                     agent=run.agent,
                     run_id=run.run_id,
+                    model=run.model,
                     status=run.status,
                     turns=run.turns,
                     cost_usd=run.cost_usd,
@@ -197,6 +199,7 @@ def _count(node: Node) -> int:
 def _started(view: LiveTree, run: _Run, data: dict[str, Any]) -> None:
     limits = data.get("limits") or {}
     run.agent = data.get("agent", run.agent)
+    run.model = str(data.get("model", run.model))
     run.budget_usd = limits.get("max_budget_usd")
     run.budget_tokens = limits.get("max_tokens_total")
     run.status, run.step = "running", "resuming" if data.get("resumed") else "starting"

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
-__all__ = ["print_runs", "print_tree", "print_waiting"]
+__all__ = ["conversations_together", "print_runs", "print_tree", "print_waiting"]
 
 
 def _print(con: Console, line: Text | str, *, wrap: bool = False) -> None:
@@ -191,6 +191,7 @@ def print_waiting(report: dict[str, Any], store_flag: str) -> None:
         Text(f"  approve: orchestra approve {run_id}{store_flag}"),
         Text(f'  reject:  orchestra reject {run_id}{store_flag} --reason "..."'),
         Text(f"  then:    {resume}"),
+        Text("  (or decide and resume at once: add --resume)", style="dim"),
     ]
     for line in lines:
         _print(con, line, wrap=True)
@@ -212,6 +213,7 @@ def _print_request(con: Any, waiting: dict[str, Any], root: str, store_flag: str
         Text(f"  grant:  orchestra grant {root} --usd {max(estimate, 1e-6):.6f}{store_flag}"),
         Text(f"  reject: orchestra reject {root}{store_flag}  (ends it with its answer so far)"),
         Text(f"  then:   orchestra resume {root}{store_flag}"),
+        Text("  (or decide and resume at once: add --resume)", style="dim"),
     ]
     for line in lines:
         _print(con, line, wrap=True)
@@ -224,8 +226,18 @@ def _age(seconds: float) -> str:
     return f"{seconds:.0f}s"
 
 
+def conversations_together(states: list[RunState]) -> list[RunState]:
+    """``states`` (newest first) with the runs of each conversation together, where
+    its newest run is: each continuation right above the run it continues."""
+    by_conversation: dict[str, list[RunState]] = {}
+    for state in states:
+        by_conversation.setdefault(state.conversation, []).append(state)
+    return [state for runs in by_conversation.values() for state in runs]
+
+
 def print_runs(states: list[RunState]) -> None:
-    """A table of runs, newest first, within the terminal's width."""
+    """A table of runs, newest first (a conversation's runs together, each later one
+    marked with the run it continues), within the terminal's width."""
     from .text import console, runs_lines
 
     now = time.time()
@@ -233,6 +245,8 @@ def print_runs(states: list[RunState]) -> None:
         {
             "run_id": s.run_id,
             "agent": redact(s.agent),
+            "model": redact(s.model),
+            "continues": s.continues,
             "status": s.status.value,
             "waits_for": s.interruption.kind.value if s.interruption else None,
             "turns": s.turns,
@@ -240,7 +254,7 @@ def print_runs(states: list[RunState]) -> None:
             "tree_cost_usd": s.tree.cost_usd,
             "age": _age(now - s.updated_at),
         }
-        for s in states
+        for s in conversations_together(states)
     ]
     con = console()
     for line in runs_lines(rows, con.width):

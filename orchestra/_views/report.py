@@ -45,8 +45,8 @@ def report(
     directory: str | None,
     endpoint: str | None = None,
 ) -> dict[str, Any]:
-    """The JSON report of a tree, with what every process's events add: per-turn
-    prompt tokens, model retries, calls answered from the transcript
+    """The JSON report of a tree, with each run's ``model`` and what every
+    process's events add: per-turn prompt tokens, model retries, calls answered from the transcript
     (``deduplicated_calls``), the human decision on each call that asked for one.
 
     Two times: ``run_elapsed_ms``, how long the root ran, summed over every
@@ -64,6 +64,7 @@ def report(
 
     def add(summary: dict[str, Any]) -> dict[str, Any]:
         own = events.get(summary["run_id"], [])
+        summary["model"] = states[summary["run_id"]].model
         summary["per_turn_prompt_tokens"] = [
             int(e["prompt_tokens"]) for e in own if e["type"] == "turn"
         ]

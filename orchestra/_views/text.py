@@ -24,6 +24,7 @@ __all__ = [
     "Node",
     "console",
     "duration",
+    "model_cell",
     "runs_lines",
     "shape_words",
     "short_id",
@@ -132,14 +133,14 @@ def cut(text: str, width: int) -> str:
 
 @attrs.frozen
 class Flex:
-    """A cell that can shrink: ``body`` is cut first (to ``KEEP`` cells at
+    """A cell that can shrink: ``body`` is cut first (to ``keep`` cells at
     least, if the column allows), then the whole cell."""
 
     prefix: Text
     body: Text
     suffix: Text = attrs.field(factory=Text)
-
-    KEEP = 5
+    keep: int = 5
+    """The cells of ``body`` kept before the table drops a droppable column."""
 
     @property
     def natural(self) -> int:
@@ -148,7 +149,7 @@ class Flex:
     @property
     def least(self) -> int:
         """The narrowest this cell gets before its suffix is cut."""
-        return self.natural - self.body.cell_len + min(self.body.cell_len, self.KEEP)
+        return self.natural - self.body.cell_len + min(self.body.cell_len, self.keep)
 
     def fit(self, width: int) -> Text:
         room = width - self.prefix.cell_len - self.suffix.cell_len
@@ -251,6 +252,8 @@ class Node:
 
     agent: str
     run_id: str
+    model: str = ""
+    """The model the run calls ("": not known yet)."""
     status: str
     turns: int
     cost_usd: float
@@ -275,6 +278,7 @@ class Node:
         return cls(
             agent=report["agent"],
             run_id=report["run_id"],
+            model=report.get("model") or "",
             status=status,
             turns=report["turns"],
             cost_usd=report["cost_usd"],
@@ -288,8 +292,10 @@ class Node:
         )
 
 
-TREE_HEADERS = ("run", "status", "turns", "own $", "tree $", "tokens")
+TREE_HEADERS = ("run", "model", "status", "turns", "own $", "tree $", "tokens")
 """``tree $`` and ``tokens`` count the run and its descendants (``/`` its budget, if any)."""
+MODEL_SHOWN = 20
+"""The most cells a model's name takes in a table (a longer one is cut with ``…``)."""
 
 
 def tree_lines(root: Node, width: int, *, root_note: bool = True) -> list[Text]:
@@ -308,7 +314,9 @@ def tree_lines(root: Node, width: int, *, root_note: bool = True) -> list[Text]:
             walk(child, rest + ("└─ " if last else "├─ "), rest + ("   " if last else "│  "), 1)
 
     walk(root, "", "", 0)
-    return table(TREE_HEADERS, {2, 3, 4, 5}, rows, width, droppable=(5, 3))
+    # narrow, own $ goes first (tree $ says the spend), then tokens (the footer says
+    # them), then the model: the run ids stay whole
+    return table(TREE_HEADERS, {3, 4, 5, 6}, rows, width, droppable=(4, 6, 1))
 
 
 def _tree_cells(node: Node, guides: str) -> list[Text | Flex]:
@@ -325,6 +333,7 @@ def _tree_cells(node: Node, guides: str) -> list[Text | Flex]:
     )
     return [
         name,
+        model_cell(node.model),
         status_text(node.status),
         Text(str(node.turns)),
         Text(usd(node.cost_usd)),
@@ -333,9 +342,16 @@ def _tree_cells(node: Node, guides: str) -> list[Text | Flex]:
     ]
 
 
+def model_cell(model: str) -> Text:
+    """A model's name in at most :data:`MODEL_SHOWN` cells."""
+    return Text(cut(model, MODEL_SHOWN))
+
+
 # -- the runs table -----------------------------------------------------------------------------
 
-RUNS_HEADERS = ("run", "agent", "status", "turns", "own $", "tree $", "age")
+RUNS_HEADERS = ("run", "agent", "model", "status", "turns", "own $", "tree $", "age")
+AGENT_KEPT = 12
+"""The cells of an agent's name the runs table keeps before it drops a column."""
 
 
 def _status_cell(status: str, waits_for: str | None) -> Text:
@@ -351,24 +367,35 @@ _WAITS = {"provider_unavailable": "provider"}
 
 
 def runs_lines(runs: Sequence[dict[str, Any]], width: int) -> list[Text]:
-    """One row per run: ``run_id``, ``agent``, ``status`` (with what an
-    interrupted run waits for, ``waits_for``: approval, cancelled, …),
-    ``turns``, ``cost_usd``, ``tree_cost_usd`` and ``age`` (already in words)."""
+    """One row per run: ``run_id``, ``agent``, ``model``, ``status`` (with what
+    an interrupted run waits for, ``waits_for``: approval, cancelled, …),
+    ``turns``, ``cost_usd``, ``tree_cost_usd`` and ``age`` (already in words);
+    under a run that ``continues`` another of its conversation, a line saying so."""
     rows = [
         Row(
             cells=[
                 Text(short_id(r["run_id"])),
-                Flex(prefix=Text(), body=Text(r["agent"], style="bold")),
+                Flex(prefix=Text(), body=Text(r["agent"], style="bold"), keep=AGENT_KEPT),
+                model_cell(r.get("model") or ""),
                 _status_cell(r["status"], r.get("waits_for")),
                 Text(str(r["turns"])),
                 Text(usd(r["cost_usd"])),
                 Text(usd(r["tree_cost_usd"])),
                 Text(r["age"]),
-            ]
+            ],
+            note=_continues(r.get("continues")),
         )
         for r in runs
     ]
-    return table(RUNS_HEADERS, {3, 4, 5, 6}, rows, width, droppable=(6, 4))
+    # narrow, own $ goes first (tree $ says a root's spend), then the age
+    return table(RUNS_HEADERS, {4, 5, 6, 7}, rows, width, droppable=(5, 7))
+
+
+def _continues(run_id: str | None) -> Text | None:
+    """``  ↳ continues run_28da7520``: the line under a conversation's later run."""
+    if run_id is None:
+        return None
+    return Text.assemble(("  ↳ continues ", GUIDE), (short_id(run_id), GUIDE))
 
 
 _SHAPE_WORDS = {

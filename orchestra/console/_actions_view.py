@@ -1,5 +1,6 @@
-"""What can be done with a tree now, as forms: Stop while it runs; approve or
-reject the call it waits on; resume it once stopped and decided. Each form
+"""What can be done with a tree now, as forms: Stop while it runs; approve
+(and continue at once) or reject the call it waits on; resume it once stopped
+and decided. Each form
 carries the session's token (see :mod:`orchestra.console._guard`)."""
 
 from __future__ import annotations
@@ -108,8 +109,10 @@ def _decide(root_id: str, waiting: dict[str, Any], token: str) -> Html:
         aria_label="reason for rejecting",
         maxlength="2000",
     )
+    both = "Approve and continue"  # one step: approve, then resume the tree
     forms = h(
         "div",
+        _form("approve-resume", root_id, token, call_field, label=both, kind="go"),
         _form("approve", root_id, token, call_field, label="Approve", kind="go"),
         _form("reject", root_id, token, call_field, reason, label="Reject", kind="danger"),
         class_="row",

@@ -5,7 +5,8 @@
 ``/live``                GET   its live updates (server-sent events)
 ``/runs/ID``             GET   the tree of run ID, looking at that run
 ``/runs/ID/live``        GET   its live updates
-``/runs/ROOT/ACTION``    POST  ``stop``, ``approve``, ``reject``, ``grant``, ``resume``
+``/runs/ROOT/ACTION``    POST  ``stop``, ``approve``, ``reject``, ``grant``, ``resume``,
+                               ``approve-resume`` (approve, then resume)
 ``/static/NAME``         GET   ``console.css``, ``console.js``
 =======================  ====  ===============================================
 
@@ -257,9 +258,18 @@ async def _do(console: Console, action: str, root_id: str, form: dict[str, str])
         await console.read(_actions.reject_call, root_id, call_id, form.get("reason", ""))
     elif action == "grant":
         await console.read(_actions.grant_more, root_id, form.get("usd", ""))
+    elif action == "approve-resume":  # decide and continue in one step
+        await console.read(_actions.check_resumable, root_id)  # else nothing is decided
+        await console.read(_actions.approve_call, root_id, call_id)
+        await _resume(console, root_id)
     else:
-        await console.read(_actions.check_resumable, root_id)
-        console.launches.start(root_id)
+        await _resume(console, root_id)
+
+
+async def _resume(console: Console, root_id: str) -> None:
+    """Start ``orchestra resume ROOT_ID`` in a process of its own, if it can go on now."""
+    await console.read(_actions.check_resumable, root_id)
+    console.launches.start(root_id)
 
 
 def build_app(console: Console) -> ASGIApp:

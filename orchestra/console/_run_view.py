@@ -35,6 +35,7 @@ DONE = {
     "approve": "Approved. Resume the tree to run the call.",
     "reject": "Rejected. Resume the tree: the model is told why.",
     "resume": "Resume started, in a process of its own.",
+    "approve-resume": "Approved; the resume that runs the call started, in a process of its own.",
     "grant": "Granted. Resume the tree: the run goes on with its raised limits.",
 }
 """What the page says after each action (``?done=ACTION``)."""

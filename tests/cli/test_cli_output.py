@@ -79,9 +79,14 @@ def test_the_tree_names_status_turns_spend_and_budgets():
     report = demo_json("research", "--max-budget", "0.5", "--max-tokens-budget", "90000")
     shown = cli("show", report["run_id"], code=0)
     lines = shown.splitlines()
-    assert lines[0].split() == ["run", "status", "turns", "own", "$", "tree", "$", "tokens"]
+    # at 80 columns own $ gives way first (tree $ says the spend): the names stay whole
+    assert lines[0].split() == ["run", "model", "status", "turns", "tree", "$", "tokens"]
+    wide = cli("show", report["run_id"], env={"COLUMNS": "120"}, code=0).splitlines()
+    header = ["run", "model", "status", "turns", "own", "$", "tree", "$", "tokens"]
+    assert wide[0].split() == header
     root = lines[1].split()
-    assert root[:4] == ["assistant", report["run_id"][:12], "completed", str(report["turns"])]
+    turns = str(report["turns"])
+    assert root[:5] == ["assistant", report["run_id"][:12], "research", "completed", turns]
     assert "/$0.50" in lines[1] and "/90k" in lines[1]
     child_rows = [line for line in lines if "researcher run_" in line]
     assert len(child_rows) == 3 and "/$0.05" in child_rows[0]

@@ -51,6 +51,10 @@ def test_a_run_over_anthropics_wire_needs_an_endpoint_or_a_key(
         _endpoint(None, "", "anthropic")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-x")
     assert _endpoint(None, "", "anthropic") == ANTHROPIC_URL == "https://api.anthropic.com/v1"
+    # an OpenAI-compatible endpoint's variable (a local server) never gets the Anthropic key
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:8080/v1")
+    assert _endpoint(None, "", "anthropic") == ANTHROPIC_URL
+    assert _endpoint(None, "", "chat") == "http://127.0.0.1:8080/v1"
 
 
 def test_a_model_named_with_its_provider_picks_the_wire_format() -> None:

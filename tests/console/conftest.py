@@ -12,10 +12,10 @@ from console_support import Served, start_console, stop_console
 
 @pytest.fixture
 def console(private_store: Path) -> Iterator[Served]:
-    """``orchestra console --port 0`` over the test's store; stopped (SIGTERM) after the
-    test, which it must survive with exit code 0."""
+    """``orchestra console --port 0 --create`` over the test's (new) store; stopped
+    (SIGTERM) after the test, which it must survive with exit code 0."""
     private_store.parent.mkdir(parents=True, exist_ok=True)
-    served = start_console(private_store)
+    served = start_console(private_store, create=True)
     try:
         yield served
     finally:

@@ -61,9 +61,11 @@ class Served:
     drain: threading.Thread
 
 
-def start_console(store: Path) -> Served:
-    """``orchestra console`` over ``store`` on a free port, once it accepts requests."""
+def start_console(store: Path, *, create: bool = False) -> Served:
+    """``orchestra console`` over ``store`` on a free port, once it accepts requests
+    (``create``: over an empty store if there is none yet)."""
     command = [*ORCHESTRA, "console", "--port", "0", "--store", str(store)]
+    command += ["--create"] if create else []
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     assert process.stderr is not None
     first = process.stderr.readline()

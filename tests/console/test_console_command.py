@@ -60,7 +60,7 @@ def test_other_commands_and_the_help_load_no_web_stack(args: list[str]) -> None:
 def test_without_the_console_extra_it_says_what_to_install() -> None:
     found, stderr = probe("console", "--port", "0", hidden="starlette")
     assert found["code"] == 8
-    assert stderr == "error: the console needs starlette: pip install 'orchestra[console]'\n"
+    assert stderr == "error: the console needs starlette: pip install 'orchestra-trees[console]'\n"
     found, stderr = probe("console", "--port", "0", hidden="hypercorn,starlette")
     assert "hypercorn and starlette: pip install" in stderr
 
@@ -76,7 +76,7 @@ def test_a_port_in_use_is_one_line_and_exit_code_8() -> None:
         taken.bind((HOST, 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = run_console("--port", str(port))
+        done = run_console("--port", str(port), "--create")
     assert done.returncode == 8
     assert done.stderr == f"error: cannot serve on 127.0.0.1:{port}: Address already in use\n"
 
@@ -154,7 +154,7 @@ async def test_the_resumes_it_started_stop_gracefully_with_it(tmp_path: Path) ->
     async with trio.open_nursery() as nursery:
         launches, marks = fake_resumes(nursery, tmp_path)
         launch = launches.start("run_1")
-        await until(marks.exists)
+        await until(lambda: marks.exists() and marks.read_text())  # written, not just made
         said = marks.read_text()
         assert said == f"resume --store {tmp_path / 'runs.db'} --json -- run_1"
         with pytest.raises(StateError, match="being resumed already"):
