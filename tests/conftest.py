@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -106,6 +108,62 @@ def server_url() -> Iterator[str]:
         server.wait()
         drain.join()
         server.stderr.close()
+
+
+# -- a PostgreSQL server: $ORCHESTRA_PG_URL (CI starts one), else a throwaway cluster --------
+# (tools/postgres.py, in a temporary directory for the session; skips without PostgreSQL)
+
+PG_TOOL = Path(__file__).resolve().parents[1] / "tools" / "postgres.py"
+NO_BINARIES = 4  # tools/postgres.py's exit code when PostgreSQL is not installed
+
+
+def pg_tool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(PG_TOOL), *args], capture_output=True, text=True, timeout=180
+    )
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[tuple[str, str | None]]:
+    """A PostgreSQL server's URL (its superuser may create databases), and the
+    directory ``tools/postgres.py`` keeps it in (None: given by URL alone)."""
+    given = os.environ.get("ORCHESTRA_PG_URL")
+    if given:
+        yield given, os.environ.get("ORCHESTRA_PG_STATE")
+        return
+    # Not under pytest's tmp_path: its parents are closed to the postgres user.
+    state = tempfile.mkdtemp(prefix="orchestra-test-pg.")
+    try:
+        started = pg_tool("start", "--dir", state)
+        if started.returncode == NO_BINARIES:
+            pytest.skip(f"no PostgreSQL (set ORCHESTRA_PG_URL): {started.stderr.strip()}")
+        assert started.returncode == 0, started.stderr
+        yield started.stdout.strip(), state
+    finally:
+        pg_tool("stop", "--dir", state)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_server_url(pg_server: tuple[str, str | None]) -> str:
+    """A PostgreSQL server's URL (its superuser may create databases)."""
+    return pg_server[0]
+
+
+@pytest.fixture
+def pg_url(pg_server_url: str) -> Iterator[str]:
+    """The URL of a database of its own, created for the test and dropped after it
+    (with DBOS's beside it, if the test made one: nothing is left for later tests)."""
+    name = f"orchestra_test_{uuid.uuid4().hex[:16]}"
+    psycopg = pytest.importorskip("psycopg")
+    with psycopg.connect(pg_server_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlsplit(pg_server_url)._replace(path=f"/{name}").geturl()
+    finally:
+        with psycopg.connect(pg_server_url, autocommit=True) as admin:
+            for db in (name, f"{name}_dbos"):
+                admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
 
 # -- every kind of store (the contract tests, the decisions) ----------------------------

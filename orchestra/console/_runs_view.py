@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._state import RunState, Status
+from .._state import InterruptionKind, RunState, Status
 from .._views.text import budget_usd, one_line, usd
 from ._html import Html, h
 from ._live import seen
@@ -58,7 +58,8 @@ def _tree_spend(state: RunState) -> Html:
 def _why(state: RunState) -> Html | None:
     waiting = state.interruption
     if state.status is Status.INTERRUPTED and waiting is not None and waiting.kind.waits_for_human:
-        return h("div", f"waits for a human: {waiting.tool}", class_="why waits")
+        what = "more budget" if waiting.kind is InterruptionKind.BUDGET_REQUEST else waiting.tool
+        return h("div", f"waits for a human: {what}", class_="why waits")
     if state.status in (Status.RUNNING, Status.COMPLETED) or not state.reason:
         return None
     said = one_line(state.reason)

@@ -200,6 +200,7 @@ def test_a_request_for_more_is_granted_once_from_the_page(
     site: tuple[Served, dict[str, str]], browser: httpx.Client
 ) -> None:
     served, runs = site
+    assert "waits for a human: more budget" in browser.get("/").text  # the list says what
     url = f"/runs/{runs['asking']}"
     page = browser.get(url).text
     assert "Asks for more budget" in page and 'name="usd"' in page
