@@ -21,6 +21,7 @@ returns is cut to ``ToolContext.max_result_bytes`` by :func:`bound_result`.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import re
@@ -36,6 +37,7 @@ from ._deps import DepsT
 from ._exceptions import ConfigError
 from ._schema import check_schema, schema_of
 from ._storable import MAX_DEPTH, MAX_JSON_BYTES, NotStorable, decoded, too_deep, valid_text
+from .wire import RemoteCall
 
 if typing.TYPE_CHECKING:
     import jsonschema
@@ -120,6 +122,10 @@ class Spawn(typing.Protocol):
     ) -> Awaitable[str]: ...
 
 
+Hold = Callable[[float], "contextlib.AbstractAsyncContextManager[RemoteCall]"]
+"""How a tool call holds a share of its run's budget for another service."""
+
+
 @attrs.define(kw_only=True, eq=False)
 class ToolContext(Generic[DepsT]):
     """What a running tool knows about its call.
@@ -143,6 +149,7 @@ class ToolContext(Generic[DepsT]):
     deps: DepsT = None  # type: ignore[assignment]  # None: the run was given none
     _progress: Callable[[str], None] = attrs.field(alias="progress", default=lambda _l: None)
     _spawn: Spawn | None = attrs.field(alias="spawn", default=None)
+    _hold: Hold | None = attrs.field(alias="hold", default=None)
 
     def progress(self, label: str) -> None:
         """Report progress (shown live by the CLI, written to the trace)."""
@@ -162,6 +169,20 @@ class ToolContext(Generic[DepsT]):
         if self._spawn is None:
             raise RuntimeError("this tool context cannot start child runs")
         return self._spawn(agent, task, limits=limits, deps=deps)
+
+    def remote(self, *, usd: float) -> contextlib.AbstractAsyncContextManager[RemoteCall]:
+        """Hold up to ``usd`` of this run's budget for a call to another agent
+        service (see :mod:`orchestra.wire`): ``async with ctx.remote(usd=0.01) as
+        call:`` send ``call.headers()`` with the request, ``call.report(spent)``
+        what the service said its tree spent. The run is charged that once the
+        block ends, or all it held if nothing was reported.
+
+        Raises:
+            ToolError: nothing is left to hold (as the tool's error).
+        """
+        if self._hold is None:
+            raise RuntimeError("this tool context cannot call other services")
+        return self._hold(usd)
 
 
 ToolFunction = Callable[..., Any]

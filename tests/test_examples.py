@@ -18,7 +18,7 @@ import attrs
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-TIMED = ("stop", "latency", "cancel_tree")
+TIMED = ("stop", "latency", "cancel_tree", "remote_agent")
 """Examples that measure wall time: each runs with nothing else of ours beside it."""
 UNTIMED = (
     "crash_resume",
@@ -283,3 +283,12 @@ def test_stream_words_reads_the_roots_words_as_they_arrive(ran: dict[str, Ran]) 
     first, stopped = words.row("first word after")[-2], words.row("tree stopped after")[-2]
     assert int(first) < int(stopped)
     assert words.err.startswith("Findings: 1) errors.log says:")
+
+
+def test_remote_agent_runs_within_its_carve_and_stops_with_its_caller(ran: dict[str, Ran]) -> None:
+    remote = ran["remote_agent"]
+    assert remote.row("team budget (carve)")[3] == "$0.0060"
+    spent, charged = remote.row("team tree spent")[3], remote.row("lead charged for")[-1]
+    assert spent == charged and float(spent[1:]) <= 0.006
+    stopped = remote.row("team stopped after")
+    assert int(stopped[3]) < 500 and stopped[5:] == ["['interrupted']"]

@@ -34,6 +34,7 @@ from .._storable import valid_text
 from .._tools import ChildAgent, Tool, ToolContext, ToolInputError, bound_result
 from .answers import ANSWERED
 from .reconcile import ask_world, settled_text
+from .remote import remote
 from .run import ChildPending, ChildWaiting, Exit, LiveRun
 
 __all__ = [
@@ -401,6 +402,7 @@ def _context(run: LiveRun, call: Call, started: float, limit: float) -> ToolCont
         max_result_bytes=run.agent.policy.max_result_bytes,
         timeout_s=None if limit == float("inf") else limit,
         deps=run.deps,
+        hold=lambda usd: remote(run, call.id, usd),
         progress=progress,
         spawn=spawn,
     )

@@ -9,7 +9,6 @@ fresh run, a resumed run and an approved call all take the same path.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
 
@@ -97,7 +96,7 @@ async def model_step(run: LiveRun) -> None:
         settings=run.state.settings,
     )
     prompt_tokens = run.counter.count(request.messages, request.declarations())
-    gate = await _decided(run, partial(_gate, run, prompt_tokens, len(request.messages), margin))
+    gate = await run.decided(partial(_gate, run, prompt_tokens, len(request.messages), margin))
     if isinstance(gate, wind_down.WindDown):
         await _final_step(run, gate, margin)
     elif isinstance(gate, Exit):
@@ -107,12 +106,6 @@ async def model_step(run: LiveRun) -> None:
         called = await _call(run, ask)
         if called is not None:
             record_reply(run, *called, gate)
-
-
-async def _decided(run: LiveRun, decide: Callable[[], _T]) -> _T:
-    """``decide()``, through the runner's ledger if it has one."""
-    ledger = run.runner.ledger
-    return decide() if ledger is None else await ledger.guarded(run, decide)
 
 
 async def _final_step(run: LiveRun, wind: wind_down.WindDown, margin: Margin) -> None:
@@ -130,7 +123,7 @@ async def _final_step(run: LiveRun, wind: wind_down.WindDown, margin: Margin) ->
     prompt_tokens = run.counter.count(request.messages, request.tools)
     wanted = min(run.reply_cap, run.state.limits.wind_down_tokens or 1)
     decide = partial(reserve, run, prompt_tokens, len(request.messages), margin, wanted)
-    gate = await _decided(run, decide)
+    gate = await run.decided(decide)
     if isinstance(gate, Exit):  # not even the final call can be paid
         wind_down.abandon(run)
         if gate.status is Status.BUDGET_EXCEEDED and run.overspent() is None:

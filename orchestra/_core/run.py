@@ -366,6 +366,13 @@ class LiveRun:
             node.reserved_pico += pico
             node.reserved_tokens += tokens
 
+    async def decided(self, decide: Callable[[], _T]) -> _T:
+        """``decide()`` (a budget decision: a reservation, a release, a carve),
+        through the runner's ledger if it has one (workers: one transaction
+        over the lineage's locked rows), else here."""
+        ledger = self.runner.ledger
+        return decide() if ledger is None else await ledger.guarded(self, decide)
+
     # -- recording -----------------------------------------------------------
 
     def emit(self, type_: str, **data: Any) -> None:

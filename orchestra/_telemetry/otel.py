@@ -1,10 +1,13 @@
 """OpenTelemetry spans for the run tree, following the GenAI semantic conventions.
 
 Conventions followed: the OpenTelemetry GenAI semantic conventions
-(github.com/open-telemetry/semantic-conventions-genai, status Development, no
-tagged release yet: read at main, commit 002c8a6), which build on the general
-semantic conventions v1.41.1 (``error.type``, ``server.*``, ``exception.*``):
-the tracer's schema URL is :data:`SCHEMA_URL`.
+(github.com/open-telemetry/semantic-conventions-genai, status Development:
+read at main, commit e9de14b, whose registry the tests check every emitted
+``gen_ai.*`` key against), which build on the general semantic conventions
+v1.41.1 (``error.type``, ``server.*``, ``exception.*``): the tracer's schema
+URL is :data:`SCHEMA_URL`. The names emitted before (the conventions at commit
+002c8a6) come with ``ORCHESTRA_OTEL_SEMCONV=gen_ai_legacy``: see
+:mod:`orchestra._telemetry.semconv`.
 
 Each process segment of a run starts with an ``orchestra.segment {agent}``
 span that ends at once (so it is exported even if the process is then
@@ -18,13 +21,15 @@ unfinished chat and tool spans) are lost, but no exported span points at a
 parent that never was.
 
 Costs and tokens are never counted twice. Each chat span carries its call's
-cost (``orchestra.call.cost_usd``, and the same number under the keys LLM
-backends sum: ``gen_ai.usage.cost`` for Langfuse, ``llm.cost.total`` for
-OpenInference/Phoenix) and its token counts (``gen_ai.usage.*``): summing them
-over a trace gives the tree's spend. Agent spans carry what was spent *during
-that span* (a run that spans several processes has one agent span per
-process, so they add up): ``orchestra.run.cost_usd`` (the run's own calls)
-and ``orchestra.tree.cost_usd`` (its subtree's), tokens under
+cost (``orchestra.call.cost_usd``, and the same number as ``llm.cost.total``,
+which OpenInference/Phoenix sums; with the legacy names also
+``gen_ai.usage.cost``, which Langfuse sums) and its token counts
+(``gen_ai.usage.*``): summing them over a trace gives the tree's spend. Agent
+spans carry what was spent *during that span* (a run that spans several
+processes has one agent span per process, so they add up): own and inclusive
+cost as ``orchestra.usage.cost.own_usd`` / ``orchestra.usage.cost.tree_usd``
+(named after the proposed ``gen_ai.usage.cost.*``; the same numbers as
+``orchestra.run.cost_usd`` and ``orchestra.tree.cost_usd``), tokens under
 ``orchestra.run.*`` / ``orchestra.tree.*`` only (names no backend sums), and
 the run's totals so far in ``orchestra.run.cost_usd_total`` /
 ``orchestra.tree.cost_usd_total``. There is no ``orchestra.cost_usd``: it meant
@@ -60,7 +65,6 @@ secrets (events already are; see :mod:`orchestra._redact`).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from typing import Any
@@ -82,6 +86,8 @@ from .._state import Status as RunStatus
 from .._version import installed_version
 from . import otel_content as content
 from .otlp_protocol import protocol_name
+from .semconv import LEGACY, agent_extras, chat_extras, semconv_from_env
+from .semconv import agent_id as agent_id
 from .spans import RecordingTracerProvider
 
 __all__ = ["SCHEMA_URL", "OTelTracer", "configure_otlp", "finish_export", "flush_spans"]
@@ -97,11 +103,6 @@ def package_version() -> str:
     return installed_version()
 
 
-def agent_id(name: str, model: str) -> str:
-    """``gen_ai.agent.id``: the same for every run of one agent (name and model)."""
-    return "agent_" + hashlib.sha256(f"{name}\0{model}".encode()).hexdigest()[:16]
-
-
 class OTelTracer:
     """Turns a runner's events into OpenTelemetry spans.
 
@@ -110,6 +111,9 @@ class OTelTracer:
     (``OpenAIProvider.provider_name``). ``capture_content`` records messages,
     tool arguments and results (redacted, bounded); None follows
     ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` (off unless ``true``).
+    ``semconv`` picks the convention names (``gen_ai``, the default, or
+    ``gen_ai_legacy``: see :mod:`orchestra._telemetry.semconv`); None follows
+    ``ORCHESTRA_OTEL_SEMCONV``.
     """
 
     def __init__(
@@ -118,6 +122,7 @@ class OTelTracer:
         tracer_provider: trace.TracerProvider | None = None,
         provider_name: str | None = None,
         capture_content: bool | None = None,
+        semconv: str | None = None,
     ) -> None:
         self._tracer = trace.get_tracer(
             _INSTRUMENTATION,
@@ -126,6 +131,7 @@ class OTelTracer:
             schema_url=SCHEMA_URL,
         )
         self._provider_name = provider_name
+        self._semconv = semconv_from_env(semconv)
         self._capture = content.capture_from_env() if capture_content is None else capture_content
         self._endpoint: tuple[object, dict[str, Any]] | None = None
         self._agents: dict[str, Span] = {}
@@ -147,6 +153,11 @@ class OTelTracer:
         """Whether contents are recorded on spans."""
         return self._capture
 
+    @property
+    def semconv(self) -> str:
+        """The convention names spans carry: ``gen_ai`` or ``gen_ai_legacy``."""
+        return self._semconv
+
     def __call__(self, run: LiveRun, event: Event) -> None:
         if self._unread:
             self._end_unread()
@@ -161,12 +172,13 @@ class OTelTracer:
             self._endpoint = (provider, _endpoint(provider, self._provider_name))
         return self._endpoint[1]
 
-    def _common(self, run: LiveRun) -> dict[str, Any]:
-        """What chat and tool spans share: the conversation, the agent, the run."""
+    def _common(self, run: LiveRun, *, agent: bool = True) -> dict[str, Any]:
+        """What chat and tool spans share: the conversation, the agent (unless not
+        ``agent``), the run."""
         state = run.state
         return {
             "gen_ai.conversation.id": conversation_id(run),
-            "gen_ai.agent.name": state.agent,
+            **({"gen_ai.agent.name": state.agent} if agent else {}),
             "orchestra.run.id": state.run_id,
         }
 
@@ -179,9 +191,13 @@ class OTelTracer:
         context = trace.set_span_in_context(segment)
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.provider.name": self._server(run)["gen_ai.provider.name"],
             "gen_ai.agent.name": state.agent,
-            "gen_ai.agent.id": agent_id(state.agent, state.model),
+            **agent_extras(
+                self._semconv,
+                agent=state.agent,
+                model=state.model,
+                provider=self._server(run)["gen_ai.provider.name"],
+            ),
             "gen_ai.conversation.id": conversation_id(run),
             "gen_ai.request.model": state.model,
             **_ids(run),
@@ -322,6 +338,8 @@ class OTelTracer:
         own, tree = state.own - own0, state.tree - tree0
         return {
             "orchestra.status": state.status.value,
+            "orchestra.usage.cost.own_usd": own.cost_usd,
+            "orchestra.usage.cost.tree_usd": tree.cost_usd,
             "orchestra.run.cost_usd": own.cost_usd,
             "orchestra.tree.cost_usd": tree.cost_usd,
             "orchestra.run.input_tokens": own.prompt_tokens,
@@ -344,7 +362,7 @@ class OTelTracer:
             **self._server(run),
             "gen_ai.request.model": run.state.model,
             "gen_ai.request.max_tokens": int(event.data["max_tokens"]),
-            **self._common(run),
+            **self._common(run, agent=self._semconv == LEGACY),
             "orchestra.turn": int(event.data["turn"]),
         }
         if self._capture:
@@ -380,8 +398,8 @@ class OTelTracer:
             "gen_ai.usage.output_tokens": int(d["completion_tokens"]),
             "gen_ai.response.finish_reasons": [str(d["finish"])],
             "orchestra.call.cost_usd": cost,
-            "gen_ai.usage.cost": cost,  # what Langfuse sums
             "llm.cost.total": cost,  # what OpenInference (Phoenix) reads
+            **chat_extras(self._semconv, d, cost=cost),
         }
         for key, field in (
             ("gen_ai.response.model", "response_model"),
@@ -391,7 +409,6 @@ class OTelTracer:
                 attributes[key] = str(d[field])
         for key, field in (
             ("gen_ai.usage.cache_read.input_tokens", "cached_input_tokens"),
-            ("gen_ai.usage.cache_creation.input_tokens", "cache_write_tokens"),
             ("gen_ai.usage.reasoning.output_tokens", "reasoning_tokens"),
         ):
             if d.get(field):  # subsets of input_tokens and output_tokens, as reported
