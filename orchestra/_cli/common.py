@@ -32,6 +32,7 @@ __all__ = [
     "json_option",
     "provider_option",
     "reporting_options",
+    "saved_run_key_option",
     "tokens_option",
     "tree_options",
 ]
@@ -70,14 +71,26 @@ def bundled(keyword: str, cls: type[T], options: Sequence[Decorator]) -> Decorat
 
 
 def api_key_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--api-key`` (never saved; by default the provider's own variable, so that
-    one vendor's key never goes to another)."""
+    """``--api-key`` of a command that starts a run (never saved; by default the
+    provider's own variable, so that one vendor's key never goes to another)."""
     return click.option(
         "--api-key",
         default="",
         metavar="KEY",
         help="Key for the endpoint; never saved with the run. [default: $OPENAI_API_KEY, "
         "or $ANTHROPIC_API_KEY with --provider anthropic]",
+    )(fn)
+
+
+def saved_run_key_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--api-key`` of a command that goes on with saved runs (``resume``, ``worker``):
+    by default the variable of the provider each run was started with."""
+    return click.option(
+        "--api-key",
+        default="",
+        metavar="KEY",
+        help="Key for the runs' endpoint; never saved. [default: $OPENAI_API_KEY, or "
+        "$ANTHROPIC_API_KEY for a run on Anthropic's API]",
     )(fn)
 
 
@@ -393,7 +406,8 @@ tree_options = bundled(
             default="stop",
             show_default=True,
             help="At the turn limit or a budget a run stops, or asks for more "
-            "(interrupted: orchestra grant RUN_ID --usd X, or reject), each child too.",
+            "(interrupted: orchestra grant RUN_ID --turns N, --usd X or --tokens N, "
+            "as it says, or reject), each child too.",
         ),
         click.option(
             "--dedupe", is_flag=True, help="Answer repeated read-only calls from the transcript."

@@ -34,7 +34,9 @@ __all__ = ["main", "run"]
     is_flag=True,
     envvar="ORCHESTRA_DEBUG",
     show_envvar=True,
-    help="On an error, show its Python traceback instead of one line.",
+    help="On an error, show its Python traceback instead of one line; the command "
+    "then exits 1, not with the error's usual code (8, 9, or 2 for a value refused "
+    "after the options were read).",
 )
 def main(debug: bool) -> None:
     """Orchestra: LLM agents as governed trees.

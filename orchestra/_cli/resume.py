@@ -11,9 +11,9 @@ import click
 from .._state import Limits, RunState
 from .common import (
     Reporting,
-    api_key_option,
     max_budget_option,
     reporting_options,
+    saved_run_key_option,
     timeout_option,
     tokens_option,
 )
@@ -36,7 +36,7 @@ __all__ = ["resume", "resume_here"]
 @max_budget_option("Raise the budget (USD, whole tree).")
 @timeout_option("A new deadline: seconds from now.")
 @tokens_option
-@api_key_option
+@saved_run_key_option
 @reporting_options
 def resume(
     run_id: str,

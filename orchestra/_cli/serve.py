@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .common import api_key_option, json_option
+from .common import json_option, saved_run_key_option
 from .errors import CommandError
 from .options import Number, count
-from .stores import is_distributed, must_exist, new_store, store_option
+from .stores import is_distributed, must_exist, need_distributed, new_store, store_option
 
 if TYPE_CHECKING:
     from .._stores.contract import DurableStore
@@ -122,7 +122,7 @@ def console_command(port: int, store_path: str | None, create: bool) -> None:
     metavar="SECONDS",
     help="A database away at the start (restarting) is waited for this long.",
 )
-@api_key_option
+@saved_run_key_option
 def worker_command(
     database: str,
     executor_id: str | None,
@@ -141,11 +141,9 @@ def worker_command(
     postgresql://…` act on trees wherever they run. Needs: pip install
     'orchestra-trees[distributed]'.
     """
-    from ..distributed._cli import is_database, missing, run_worker
+    need_distributed("the worker")
+    from ..distributed._cli import is_database, run_worker
 
-    problem = missing()
-    if problem is not None:
-        raise CommandError(f"the worker needs {problem}")
     if not is_database(database):
         raise CommandError(f"--store must be a postgresql:// URL, got {database!r}")
     run_worker(

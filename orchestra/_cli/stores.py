@@ -6,6 +6,10 @@ command that only reads or acts on saved runs (``runs``, ``show``, ``trace``,
 ``--create``) refuses a file that does not exist, naming it, and creates
 nothing: a typo is said, not papered over with an empty store.
 
+Without ``--store``, ``$ORCHESTRA_STORE`` names the store, a SQLite file or a
+``postgresql://`` URL as ``--store`` takes (:func:`from_environment`); unset,
+the file is in the user data directory (``default_store_path``).
+
 A run id may be shortened to any prefix that names one run (``run_75d1410d``,
 as ``runs`` and ``show`` print it): every command resolves it with
 :meth:`~orchestra._stores.contract.Store.resolve` (:func:`loaded`), which says
@@ -14,6 +18,8 @@ in one line when no run or several start with it.
 
 from __future__ import annotations
 
+import importlib
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,20 +33,40 @@ if TYPE_CHECKING:
 
 __all__ = [
     "existing_store",
+    "from_environment",
     "is_distributed",
     "loaded",
+    "need_distributed",
     "new_store",
     "store_flag",
     "store_option",
 ]
+
+DATABASE_SCHEMES = ("postgresql://", "postgres://")
+"""How a store value that names a PostgreSQL database (not a SQLite file) begins."""
+STORE_VARIABLE = "ORCHESTRA_STORE"
+
+
+def from_environment(
+    _ctx: click.Context | None, _param: click.Parameter | None, value: str | None
+) -> str | None:
+    """``--store``'s value; without it, a ``postgresql://`` URL ``$ORCHESTRA_STORE``
+    names (a file it names is left to ``default_store_path``, which expands ``~``)."""
+    if value is not None:
+        return value
+    named = os.environ.get(STORE_VARIABLE, "")
+    return named if named.startswith(DATABASE_SCHEMES) else None
+
 
 store_option = click.option(
     "--store",
     "store_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Run store: a SQLite file (default: $ORCHESTRA_STORE or the user data "
-    "directory), or a postgresql:// URL whose runs `orchestra worker`s execute.",
+    callback=from_environment,
+    help="Run store: a SQLite file, or a postgresql:// URL whose runs `orchestra worker`s "
+    "execute (default: $ORCHESTRA_STORE, either of these, else a file in the user data "
+    "directory).",
 )
 
 
@@ -85,15 +111,34 @@ def must_exist(path: str | None, *, or_else: str = "`orchestra demo plan` starts
 
 
 def is_distributed(path: str | None) -> bool:
-    """Whether ``--store`` names a PostgreSQL database (runs executed by workers)."""
-    if path is None or not path.startswith(("postgresql://", "postgres://")):
-        return False
-    from ..distributed._cli import missing
+    """Whether ``--store`` names a PostgreSQL database (runs executed by workers).
 
-    problem = missing()
-    if problem is not None:
-        raise CommandError(f"a postgresql:// store needs {problem}")
+    Raises:
+        CommandError: it does, and the distributed extra is not installed.
+    """
+    if path is None or not path.startswith(DATABASE_SCHEMES):
+        return False
+    need_distributed("a postgresql:// store")
     return True
+
+
+def need_distributed(what: str) -> None:
+    """Refuse ``what`` (``the worker``) unless the distributed extra is installed,
+    naming the package that is missing (checked before ``orchestra.distributed``,
+    which needs both, is imported).
+
+    Raises:
+        CommandError: ``the worker needs the distributed extra (dbos is missing):
+            pip install 'orchestra-trees[distributed]'``.
+    """
+    for package in ("psycopg", "dbos"):
+        try:
+            importlib.import_module(package)
+        except ModuleNotFoundError as exc:
+            raise CommandError(
+                f"{what} needs the distributed extra ({exc.name or package} is missing): "
+                "pip install 'orchestra-trees[distributed]'"
+            ) from exc
 
 
 def loaded(store_path: str | None, run_id: str) -> tuple[DurableStore, RunState]:
@@ -103,5 +148,8 @@ def loaded(store_path: str | None, run_id: str) -> tuple[DurableStore, RunState]
 
 
 def store_flag(path: str | None) -> str:
-    """`` --store PATH`` to repeat in a suggested command, or nothing for the default."""
-    return f" --store {path}" if path else ""
+    """`` --store PATH`` to repeat in a suggested command, or nothing for the default
+    (a database URL from ``$ORCHESTRA_STORE`` is the default too, and not shown)."""
+    if not path or (path.startswith(DATABASE_SCHEMES) and path == os.environ.get(STORE_VARIABLE)):
+        return ""
+    return f" --store {path}"

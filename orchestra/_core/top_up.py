@@ -9,6 +9,9 @@ with a ``budget_request``, an interruption a person decides as an approval:
   compare-and-swap on it (two equal grants of one request apply once);
 - ``estimate_usd``: what it would need to finish, judged from its calls so
   far (:data:`ESTIMATE_CALLS` more at their average cost);
+- ``arguments``: the grant that would let it finish (:func:`wanted_grant`),
+  ``{"turns": 3}`` at its turn limit, ``{"usd": …}`` or ``{"tokens": …}`` at a
+  budget: what ``orchestra grant`` is told to give (USD alone adds no turns);
 - ``partial``: its answer so far, what its tools returned, kept out of its
   transcript (the run goes on from where it stopped if granted).
 
@@ -26,13 +29,13 @@ from __future__ import annotations
 
 import attrs
 
-from .._money import to_usd
+from .._money import from_usd, to_usd
 from .._state import Interruption, InterruptionKind, RunState, Status
 from .._top_ups import POLICY_NOTE, TopUp, grant_into, request_id, shortfall
 from .run import Exit, LiveRun
 from .wind_down import findings, hand_back
 
-__all__ = ["ESTIMATE_CALLS", "answered_by_parent", "stop_at_limit"]
+__all__ = ["ESTIMATE_CALLS", "answered_by_parent", "stop_at_limit", "wanted_grant"]
 
 ESTIMATE_CALLS = 3
 """A request's estimate: this many more calls at the run's average cost so far."""
@@ -54,15 +57,18 @@ def stop_at_limit(run: LiveRun, stop: Exit) -> None:
         hand_back(run, attrs.evolve(stop, reason=why))
         return
     estimate = _estimate_usd(state)
+    wanted = wanted_grant(state, stop.status, estimate)
+    costs = "" if wanted.usd else f" (about ${estimate:.6f})"
     reason = (
-        f"{stop.reason}; asks for more: about ${estimate:.6f} (and {ESTIMATE_CALLS} turns) "
-        f"to finish, ${to_usd(state.tree.cost_pico):.6f} spent"
+        f"{stop.reason}; asks for more: {wanted.describe()} to finish{costs}, "
+        f"${to_usd(state.tree.cost_pico):.6f} spent"
     )
     request = Interruption(
         kind=InterruptionKind.BUDGET_REQUEST,
         reason=reason,
         run_id=state.run_id,
         call_id=asked,
+        arguments={k: v for k, v in wanted.as_arguments().items() if v},
         estimate_usd=estimate,
         partial=findings(state.messages, stop),
     )
@@ -74,6 +80,33 @@ def _estimate_usd(state: RunState) -> float:
     (its own calls and its children's: the tree's)."""
     calls = max(state.tree.model_calls, 1)
     return round(to_usd(state.tree.cost_pico) / calls * ESTIMATE_CALLS, 6)
+
+
+def wanted_grant(state: RunState, status: Status, estimate_usd: float) -> TopUp:
+    """The grant that would let the run finish, judged from its calls so far.
+
+    :data:`ESTIMATE_CALLS` more calls: their turns at the turn limit, and the
+    USD (``estimate_usd``) or tokens they would take past a budget of the run's
+    own. A budget stop that none of its own explains (an ancestor's budget
+    binds, or the next call's reservation is more than an average call) asks
+    for USD.
+    """
+    spent = state.tree
+    turns = ESTIMATE_CALLS if status is Status.MAX_TURNS_EXCEEDED else 0
+    more_usd = max(estimate_usd, 1e-6)
+    over_usd = _overrun(state.limits.budget_pico, spent.cost_pico, from_usd(more_usd))
+    more_tokens = -(-spent.tokens // max(spent.model_calls, 1)) * ESTIMATE_CALLS
+    over_tokens = _overrun(state.limits.max_tokens_total, spent.tokens, more_tokens)
+    usd = more_usd if over_usd else 0.0
+    tokens = more_tokens if over_tokens else 0
+    if not (turns or usd or tokens):
+        usd = more_usd
+    return TopUp(usd=usd, turns=turns, tokens=tokens)
+
+
+def _overrun(limit: int | None, spent: int, more: int) -> bool:
+    """Whether ``more`` on top of ``spent`` goes past ``limit`` (None: no limit)."""
+    return limit is not None and spent + more > limit
 
 
 def answered_by_parent(parent: LiveRun, child: LiveRun) -> bool:

@@ -210,13 +210,26 @@ def _print_request(con: Any, waiting: dict[str, Any], root: str, store_flag: str
             f"run {waiting['run_id']}, about ${estimate:.6f} to finish",
         ),
         Text(f"  answer so far: {partial[:240]}", style="dim"),
-        Text(f"  grant:  orchestra grant {root} --usd {max(estimate, 1e-6):.6f}{store_flag}"),
+        Text(f"  grant:  orchestra grant {root} {_grant_flags(waiting)}{store_flag}"),
         Text(f"  reject: orchestra reject {root}{store_flag}  (ends it with its answer so far)"),
         Text(f"  then:   orchestra resume {root}{store_flag}"),
         Text("  (or decide and resume at once: add --resume)", style="dim"),
     ]
     for line in lines:
         _print(con, line, wrap=True)
+
+
+def _grant_flags(waiting: dict[str, Any]) -> str:
+    """The ``orchestra grant`` options that answer a budget request: the grant it
+    says it needs (``--turns 3`` at a turn limit: USD alone adds no turns), or
+    its estimate in USD for a request saved without one."""
+    wanted = waiting.get("arguments") or {"usd": waiting.get("estimate_usd") or 0.0}
+    flags = [f"--turns {wanted['turns']}"] if wanted.get("turns") else []
+    if "usd" in wanted:
+        flags.append(f"--usd {max(wanted['usd'], 1e-6):.6f}")
+    if wanted.get("tokens"):
+        flags.append(f"--tokens {wanted['tokens']}")
+    return " ".join(flags)
 
 
 def _age(seconds: float) -> str:

@@ -42,16 +42,6 @@ def is_database(store: str | None) -> bool:
     return store is not None and store.startswith(("postgresql://", "postgres://"))
 
 
-def missing() -> str | None:
-    """What to install for the distributed commands, if anything is missing."""
-    try:
-        import dbos  # noqa: F401
-        import psycopg  # noqa: F401
-    except ModuleNotFoundError as exc:
-        return f"{exc.name} is missing: pip install 'orchestra-trees[distributed]'"
-    return None
-
-
 def run_worker(
     database: str,
     *,

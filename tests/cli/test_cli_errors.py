@@ -305,12 +305,12 @@ def test_every_stopped_status_has_its_documented_code() -> None:
 
 
 def test_the_docs_table_says_the_same_codes() -> None:
-    readme = (Path(__file__).parents[2] / "docs" / "guides" / "demo.md").read_text()
+    readme = (Path(__file__).parents[2] / "docs" / "reference" / "exit-codes.md").read_text()
     for code, meaning in [
         (0, "completed"),
-        (1, "failed"),
+        (1, "`failed`"),
         (2, "usage error"),
-        (3, "max_turns_exceeded"),
+        (3, "`max_turns_exceeded`"),
         (4, "budget_exceeded"),
         (5, "deadline_exceeded"),
         (6, "interrupted"),
