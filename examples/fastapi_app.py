@@ -11,6 +11,9 @@ sandbox):
 - ``GET /runs/{id}/events`` streams the tree's events as server-sent events
   (one ``data:`` line of JSON each, ending after the root stops; for a tree
   that has stopped, the events its runs recorded, then the end);
+- ``GET /runs/{id}/agui`` streams the same tree as AG-UI events (the
+  protocol's server-sent events, for agent front ends: its children as
+  subagents; see ``orchestra.agui``);
 - ``GET /runs/{id}`` is the tree's result once it stopped (404 before);
 - ``POST /runs/{id}/cancel`` stops the whole tree; every run ``interrupted``;
 - ``POST /runs/{id}/approve`` approves the call a run waits on and continues it;
@@ -40,7 +43,17 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
-from orchestra import Limits, MemoryStore, OpenAIProvider, Runner, RunNotFound, StateError, aio
+from orchestra import (
+    Event,
+    Limits,
+    MemoryStore,
+    OpenAIProvider,
+    Runner,
+    RunNotFound,
+    StateError,
+    agui,
+    aio,
+)
 from orchestra.testing import ScriptedTransport, demo_agent, demo_task, make_sandbox
 
 SCENARIOS = ("plan", "research", "research_runaway", "slow_tree", "destructive")
@@ -105,6 +118,23 @@ async def events(run_id: str) -> StreamingResponse:
             yield f"data: {json.dumps(event.to_dict())}\n\n"
 
     return StreamingResponse(lines(), media_type="text/event-stream")
+
+
+@app.get("/runs/{run_id}/agui")
+async def agui_events(run_id: str) -> StreamingResponse:
+    """The tree as an AG-UI event stream: live, ending when it stops; a tree that
+    has stopped: from the events its runs recorded."""
+    handle = service.handle(run_id)
+    source = recorded(run_id) if handle.done else handle.events()
+    return StreamingResponse(agui.sse(source), media_type=agui.MEDIA_TYPE)
+
+
+async def recorded(run_id: str) -> AsyncIterator[Event]:
+    """A stopped tree's recorded events, in the order they happened (the store
+    keeps each run's in order, saved run by run)."""
+    records = sorted(service.runner.store.events(root_id=run_id), key=lambda r: r["at"])
+    for record in records:
+        yield agui.event_of(record)
 
 
 @app.get("/runs/{run_id}")

@@ -160,3 +160,61 @@ def test_under_uvicorn_a_finished_run_s_stream_closes_and_the_server_stops() -> 
     streams, stopping_s = asyncio.run(main())
     assert_each_stream_is_the_tree_s_events(streams)
     assert stopping_s < 2.0
+
+
+# -- AG-UI ------------------------------------------------------------------------------
+
+
+async def agui_of(client: httpx.AsyncClient, run_id: str) -> list[str]:
+    """The AG-UI stream of a run, its ``data:`` lines (failing after 10 s rather than hanging)."""
+    lines = []
+    async with asyncio.timeout(10), client.stream("GET", f"/runs/{run_id}/agui") as streamed:
+        assert streamed.headers["content-type"].startswith("text/event-stream")
+        async for line in streamed.aiter_lines():
+            if line:
+                lines.append(line)
+    return lines
+
+
+def test_the_agui_endpoint_streams_a_research_tree_its_children_as_subagents() -> None:
+    pytest.importorskip("ag_ui")
+    from ag_ui.core import EventType
+    from test_agui import (
+        assert_children_in_order,
+        assert_messages_well_formed,
+        assert_tool_calls_well_formed,
+        parsed,
+    )
+
+    async def steps(client: httpx.AsyncClient) -> tuple[list[str], list[str], Any]:
+        run_id = (await client.post("/runs", json={"scenario": "research"})).json()["run_id"]
+        live = await agui_of(client, run_id)
+        result = (await client.get(f"/runs/{run_id}")).json()
+        return live, await agui_of(client, run_id), result
+
+    live, replayed, result = call(steps)
+    events = parsed(live)
+    assert [e.type for e in (events[0], events[-1])] == [
+        EventType.RUN_STARTED,
+        EventType.RUN_FINISHED,
+    ]
+    assert events[0].run_id == events[-1].run_id == result["run_id"]  # type: ignore[attr-defined]
+    children = {child["run_id"]: child["parent_call_id"] for child in result["children"]}
+    assert len(children) == 3
+    assert_children_in_order(events, result["run_id"], children)
+    assert_messages_well_formed(events, None)
+    assert_tool_calls_well_formed(events)
+
+    def runs(stream: list[Any]) -> dict[str | None, list[tuple[Any, ...]]]:
+        """Each run's AG-UI events but its text (its subagent run id: None for the root)."""
+        by_run: dict[str | None, list[tuple[Any, ...]]] = {}
+        for e in stream:
+            if not e.type.value.startswith("TEXT_MESSAGE"):
+                said = (e.type, getattr(e, "tool_call_id", None), getattr(e, "name", None))
+                by_run.setdefault(getattr(e, "subagent_run_id", None), []).append(said)
+        return by_run
+
+    # a stopped tree streams from its recorded events: each run's the same, but for its text
+    again = parsed(replayed)
+    assert runs(again) == runs(events)
+    assert_children_in_order(again, result["run_id"], children)
