@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import IO, Any
 
 import attrs
@@ -36,6 +36,10 @@ EventRecord = dict[str, Any]
 beside its data's keys (see :func:`event_record`)."""
 
 
+_RECORD_KEYS = ("type", "run_id", "root_id", "parent_id", "at")
+"""The fields of an event record that are not its data."""
+
+
 @attrs.frozen(kw_only=True)
 class Event:
     """One thing that happened in one run."""
@@ -49,6 +53,20 @@ class Event:
     depth: int = 0
     """Its run's depth in the tree (0: the root), as the runner knows it; not in
     :meth:`to_dict` (the run's place is in its ids)."""
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any], depth: int = 0) -> Event:
+        """The event a stored (or published) flat record stands for (see :meth:`to_dict`)."""
+        data = {k: v for k, v in record.items() if k not in _RECORD_KEYS}
+        return cls(
+            type=record["type"],
+            run_id=record["run_id"],
+            root_id=record["root_id"],
+            parent_id=record.get("parent_id"),
+            at=float(record["at"]),
+            data=data,
+            depth=depth,
+        )
 
     def to_dict(self) -> EventRecord:
         """The event as one flat JSON object."""

@@ -18,7 +18,7 @@ import contextlib
 import queue
 import threading
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Generic
+from typing import TYPE_CHECKING, Any, Generic, Protocol
 
 import trio
 
@@ -32,9 +32,24 @@ from ._sync import release
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from ._runner import RunHandle
+__all__ = ["RunningTree", "TreeStream", "root_words", "root_words_async"]
 
-__all__ = ["TreeStream", "root_words", "root_words_async"]
+
+class RunningTree(Protocol):
+    """What the stream needs of a started tree (a :class:`~orchestra.RunHandle`)."""
+
+    def events(self) -> AsyncIterable[Event]:
+        """Every event of the tree from now on."""
+        ...
+
+    async def wait(self) -> RunResult[Any]:
+        """The tree's result once it stopped."""
+        ...
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Stop the whole tree."""
+        ...
+
 
 _END = object()
 
@@ -67,13 +82,13 @@ class TreeStream(Generic[OutputT]):
 
     def __init__(
         self,
-        start: Callable[[trio.Nursery], Awaitable[RunHandle]],
+        start: Callable[[trio.Nursery], Awaitable[RunningTree]],
         providers: Iterable[Provider] = (),
     ) -> None:
         self._providers = list(providers)
         self._events: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._token: trio.lowlevel.TrioToken | None = None
-        self._handle: RunHandle | None = None
+        self._handle: RunningTree | None = None
         self._result: RunResult[OutputT] | None = None
         self._error: BaseException | None = None
         self._started = threading.Event()
@@ -85,7 +100,7 @@ class TreeStream(Generic[OutputT]):
         if self._handle is None and self._error is not None:
             raise self._error  # the tree could not start (a bad task, missing deps)
 
-    async def _main(self, start: Callable[[trio.Nursery], Awaitable[RunHandle]]) -> None:
+    async def _main(self, start: Callable[[trio.Nursery], Awaitable[RunningTree]]) -> None:
         try:
             with unwrapped():
                 await self._read(start)
@@ -97,7 +112,7 @@ class TreeStream(Generic[OutputT]):
             self._started.set()
             self._events.put(_END)
 
-    async def _read(self, start: Callable[[trio.Nursery], Awaitable[RunHandle]]) -> None:
+    async def _read(self, start: Callable[[trio.Nursery], Awaitable[RunningTree]]) -> None:
         """Start the tree and queue its events for the reading thread."""
         async with trio.open_nursery() as nursery:
             self._token = trio.lowlevel.current_trio_token()

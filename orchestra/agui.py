@@ -84,7 +84,6 @@ CUSTOM_EVENTS = ("price_warning", "reply_cut", "top_up", "turn")
 LIMITS = ("budget_exceeded", "deadline_exceeded", "max_turns_exceeded")
 """The stops at a limit, each said as a ``CUSTOM`` event of its name."""
 MEDIA_TYPE = "text/event-stream"
-_RECORD_KEYS = ("type", "run_id", "root_id", "parent_id", "at")
 
 
 @attrs.define
@@ -351,12 +350,4 @@ async def sse(events: AsyncIterable[Event], *, thread_id: str | None = None) -> 
 def event_of(record: EventRecord) -> Event:
     """The :class:`~orchestra.Event` of a stored event record (``store.events()``),
     to stream a tree that has stopped."""
-    data = {k: v for k, v in record.items() if k not in _RECORD_KEYS}
-    return Event(
-        type=record["type"],
-        run_id=record["run_id"],
-        root_id=record["root_id"],
-        parent_id=record.get("parent_id"),
-        at=float(record["at"]),
-        data=data,
-    )
+    return Event.from_record(record)

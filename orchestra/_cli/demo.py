@@ -20,7 +20,7 @@ from .common import (
     tree_options,
 )
 from .conversation import Continuation, continuation
-from .options import SECONDS, TURNS, Number
+from .options import SECONDS, TURNS, chunk_ms_option
 
 __all__ = ["demo"]
 
@@ -129,14 +129,9 @@ def _sandbox(directory: str | None, earlier: Continuation | None) -> Path:
     "[default: a new temporary directory; with --continue, the conversation's if it is "
     "still there]",
 )
-@click.option(
-    "--chunk-ms",
-    type=Number(max=60_000.0),
-    default=0.0,
-    show_default=True,
-    metavar="MS",
-    help="Milliseconds the scripted server waits before each chunk of a streamed reply: "
-    "watch the tree stream (try 30).",
+@chunk_ms_option(
+    "Milliseconds the scripted server waits before each chunk of a streamed reply: "
+    "watch the tree stream (try 30)."
 )
 @click.option(
     "--message",

@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import click
 
@@ -35,6 +36,7 @@ __all__ = [
     "Number",
     "OutputFile",
     "ToolNames",
+    "chunk_ms_option",
     "count",
 ]
 
@@ -169,3 +171,18 @@ class JsonObject(click.ParamType[dict[str, Any], Any]):
         if not isinstance(parsed, dict):
             self.fail(f"a JSON object is needed, got {type(parsed).__name__}.", param, ctx)
         return parsed
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def chunk_ms_option(help_text: str) -> Callable[[_F], _F]:
+    """``--chunk-ms``: the scripted server's wait before each chunk of a streamed reply."""
+    return click.option(
+        "--chunk-ms",
+        type=Number(max=60_000.0),
+        default=0.0,
+        show_default=True,
+        metavar="MS",
+        help=help_text,
+    )

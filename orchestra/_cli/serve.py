@@ -10,7 +10,7 @@ import click
 
 from .common import json_option, saved_run_key_option
 from .errors import CommandError
-from .options import Number, count
+from .options import Number, chunk_ms_option, count
 from .stores import is_distributed, must_exist, need_distributed, new_store, store_option
 
 if TYPE_CHECKING:
@@ -205,14 +205,7 @@ def mcp_list(server: str, as_json: bool) -> None:
     metavar="MS",
     help="Milliseconds to wait before each reply.",
 )
-@click.option(
-    "--chunk-ms",
-    type=Number(max=60_000.0),
-    default=0.0,
-    show_default=True,
-    metavar="MS",
-    help="Milliseconds to wait before each chunk of a streamed reply.",
-)
+@chunk_ms_option("Milliseconds to wait before each chunk of a streamed reply.")
 def serve_scripted_command(host: str, port: int, latency_ms: float, chunk_ms: float) -> None:
     """Serve the scripted provider over HTTP until Ctrl-C (or SIGTERM).
 

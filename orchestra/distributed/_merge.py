@@ -35,7 +35,7 @@ import attrs
 
 from .._events import Event
 
-__all__ = ["HOLD_S", "TreeMerge", "as_event"]
+__all__ = ["HOLD_S", "TreeMerge"]
 
 HOLD_S = 0.5
 """How long a saved event waits for its live copy at first (then it is shown without)."""
@@ -44,21 +44,6 @@ HOLD_MAX_S = 2.0
 without it doubles the wait, up to this (live batches lag on a loaded machine)."""
 _KEPT = 512
 """Events remembered per run for matching (the oldest are forgotten)."""
-_KEYS = ("type", "run_id", "root_id", "parent_id", "at")
-
-
-def as_event(record: dict[str, Any], depth: int) -> Event:
-    """The :class:`Event` a stored (or published) event record stands for."""
-    data = {k: v for k, v in record.items() if k not in _KEYS}
-    return Event(
-        type=record["type"],
-        run_id=record["run_id"],
-        root_id=record["root_id"],
-        parent_id=record.get("parent_id"),
-        at=float(record["at"]),
-        data=data,
-        depth=depth,
-    )
 
 
 @attrs.define(eq=False)
@@ -178,7 +163,7 @@ class TreeMerge:
         return run
 
     def _show(self, record: dict[str, Any]) -> None:
-        event = as_event(record, self._depth(record))
+        event = Event.from_record(record, self._depth(record))
         self._out.append(event)
         if event.type == "run_stopped" and event.run_id == self.root_id:
             self.root_stopped = True
