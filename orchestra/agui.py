@@ -154,11 +154,13 @@ class Translator:
             return [started]
         parent = None if event.parent_id == event.root_id else event.parent_id
         name = str(event.data.get("agent", "agent"))
+        call = event.data.get("call_id")
         return [
             SubagentStartedEvent(
                 subagent_run_id=event.run_id,
                 name=name,
                 parent_subagent_run_id=parent,
+                parent_tool_call_id=None if call is None else f"{event.parent_id}:{call}",
                 metadata=said,
             )
         ]

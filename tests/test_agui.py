@@ -85,6 +85,7 @@ def assert_children_in_order(events: list[BaseEvent], root: str, calls: dict[str
         assert events[by_call[0]].type == EventType.TOOL_CALL_START
         assert events[by_call[-1]].type == EventType.TOOL_CALL_RESULT
         assert events[mine[0]].type == EventType.SUBAGENT_STARTED
+        assert events[mine[0]].parent_tool_call_id == f"{root}:{call}"  # type: ignore[attr-defined]
         assert events[mine[-1]].type == EventType.SUBAGENT_FINISHED
         assert by_call[0] < mine[0] < mine[-1] < by_call[-1] and len(mine) > 5
 

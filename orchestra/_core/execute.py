@@ -445,12 +445,14 @@ def _stopped_by_cancel(run: LiveRun) -> bool:
 
 def _announce(run: LiveRun) -> None:
     """``run_started`` (and a price warning), saved."""
+    call = {} if run.state.parent_call_id is None else {"call_id": run.state.parent_call_id}
     run.emit(
         "run_started",
         agent=run.state.agent,
         model=run.state.model,
         resumed=run.state.turns > 0,
         limits=run.state.limits.to_dict(),
+        **call,  # a child: the call of its parent that started it
     )
     _warn_about_price(run)
     run.checkpoint()
