@@ -181,6 +181,11 @@ def _policy_answer(event: EventRecord) -> dict[str, Any]:
     }
 
 
+def _wanted(request: dict[str, Any]) -> dict[str, Any]:
+    """What a pending request for more asks for (USD, turns or tokens) and its estimate."""
+    return {**(request.get("arguments") or {}), "estimate_usd": request.get("estimate_usd")}
+
+
 def _asks(interruption: dict[str, Any], run_id: str) -> bool:
     return (
         interruption.get("kind") in ("approval", "unknown_outcome", "budget_request")
@@ -202,7 +207,7 @@ def _decision(
         waiting = {
             **waiting,
             "tool": "more budget",
-            "arguments": granted[0] if granted else {"estimate_usd": waiting.get("estimate_usd")},
+            "arguments": granted[0] if granted else _wanted(waiting),
         }
         pending = state.interruption is not None and state.interruption.call_id == call_id
         answered = not pending  # the run went on with it (or ended by it)

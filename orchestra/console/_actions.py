@@ -12,6 +12,8 @@ Synchronous: the server calls these in a worker thread. Each raises an
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .._approval import approve, grant, reject, stop_from_outside
 from .._exceptions import StateError
 from .._recipes.recipe import Recipe
@@ -50,19 +52,37 @@ def reject_call(store: DurableStore, root_id: str, call_id: str, reason: str) ->
     reject(store, root_id, call_id or None, reason)
 
 
-def grant_more(store: DurableStore, root_id: str, usd: str) -> None:
-    """Grant ``usd`` (the form's text) to the budget request the tree ``root_id`` waits on.
+def grant_more(
+    store: DurableStore, root_id: str, usd: str, turns: str = "", tokens: str = ""
+) -> None:
+    """Grant the amounts of the form (its text; empty: none of that kind) to the
+    request for more the tree ``root_id`` waits on.
 
     Raises:
-        StateError: ``usd`` is not a positive amount, or the grant is refused.
+        StateError: an amount is not a positive number, none is given, or the
+            grant is refused.
     """
+    more = TopUp(
+        usd=_amount(usd, "USD", float, 1e6),
+        turns=int(_amount(turns, "turns", int, 1e6)),
+        tokens=int(_amount(tokens, "tokens", int, 1e12)),
+    )
+    if not (more.usd or more.turns or more.tokens):
+        raise StateError("grant a positive amount of USD, turns or tokens")
+    grant(store, root_id, more)
+
+
+def _amount(text: str, kind: str, parse: Callable[[str], float], most: float) -> float:
+    """The amount a form field says (0: empty)."""
+    if not text.strip():
+        return 0
     try:
-        amount = float(usd)
+        amount = parse(text)
     except ValueError:
-        raise StateError(f"not an amount of USD: {usd!r}") from None
-    if not 0 < amount < 1e6:  # NaN fails this too
-        raise StateError(f"grant a positive amount of USD, not {usd!r}")
-    grant(store, root_id, TopUp(usd=amount))
+        raise StateError(f"not an amount of {kind}: {text!r}") from None
+    if not 0 < amount < most:  # NaN fails this too
+        raise StateError(f"grant a positive amount of {kind}, not {text!r}")
+    return float(amount)
 
 
 def check_resumable(store: DurableStore, root_id: str) -> None:

@@ -122,21 +122,20 @@ def _decide(root_id: str, waiting: dict[str, Any], token: str) -> Html:
 
 
 def _request(root_id: str, waiting: dict[str, Any], token: str) -> Html:
-    """A run's request for more budget (``on_limit="ask"``): grant an amount, or refuse."""
-    estimate = (waiting.get("arguments") or {}).get("estimate_usd") or 0.0
-    usd = h(
-        "input",
-        type="number",
-        name="usd",
-        value=f"{max(estimate, 1e-6):.6f}",
-        step="any",
-        min="0",
-        aria_label="USD to grant",
-    )
+    """A run's request for more (``on_limit="ask"``): grant what it asks for (USD,
+    turns or tokens, filled in with what it needs), or refuse."""
+    asked = waiting.get("arguments") or {}
+    usd = asked.get("usd") or (0.0 if asked.get("turns") or asked.get("tokens") else None)
+    usd = max(asked.get("estimate_usd") or 0.0, 1e-6) if usd is None else usd
+    fields = [
+        _amount("usd", f"{usd:.6f}" if usd else "", "USD to grant", "any"),
+        _amount("turns", str(asked.get("turns") or ""), "Turns to grant", "1"),
+        _amount("tokens", str(asked.get("tokens") or ""), "Tokens to grant", "1"),
+    ]
     call_field = h("input", type="hidden", name="call_id", value=waiting["call_id"])
     forms = h(
         "div",
-        _form("grant", root_id, token, usd, label="Grant USD", kind="go"),
+        _form("grant", root_id, token, *fields, label="Grant", kind="go"),
         _form("reject", root_id, token, call_field, label="Refuse", kind="danger"),
         class_="row",
     )
@@ -145,6 +144,11 @@ def _request(root_id: str, waiting: dict[str, Any], token: str) -> Html:
     return h(
         "div", heading, h("p", waiting["asked"], class_="asked"), where, forms, class_="decide"
     )
+
+
+def _amount(name: str, value: str, label: str, step: str) -> Html:
+    """A number field of the grant form (empty: none of that kind)."""
+    return h("input", type="number", name=name, value=value, step=step, min="0", aria_label=label)
 
 
 def _resume(root: RunState, waiting: dict[str, Any] | None, token: str) -> Html:

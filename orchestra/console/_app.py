@@ -257,7 +257,8 @@ async def _do(console: Console, action: str, root_id: str, form: dict[str, str])
     elif action == "reject":
         await console.read(_actions.reject_call, root_id, call_id, form.get("reason", ""))
     elif action == "grant":
-        await console.read(_actions.grant_more, root_id, form.get("usd", ""))
+        amounts = (form.get(kind, "") for kind in ("usd", "turns", "tokens"))
+        await console.read(_actions.grant_more, root_id, *amounts)
     elif action == "approve-resume":  # decide and continue in one step
         await console.read(_actions.check_resumable, root_id)  # else nothing is decided
         await console.read(_actions.approve_call, root_id, call_id)

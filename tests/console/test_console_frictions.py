@@ -61,3 +61,19 @@ def test_approve_and_continue_runs_the_call_in_one_step(console: Served, tmp_pat
 
     wait_for(completed, timeout=60, what="the tree completed")
     assert not (sandbox / "access.log").exists()  # the approved call ran
+
+
+def test_a_run_at_its_turn_limit_is_granted_turns_from_the_page(
+    console: Served, tmp_path: Path
+) -> None:
+    store = ("--store", str(console.store), "--dir", str(tmp_path / "sandbox"))
+    root = cli("demo", "runaway", *store, "--max-turns", "3", "--on-limit", "ask", code=6)
+    with httpx.Client(base_url=console.url, timeout=10) as browser:
+        page = browser.get(f"/runs/{root['run_id']}").text
+        turns = re.search(r'<input[^>]*name="turns"[^>]*>', page)
+        assert turns and 'value="3"' in turns[0], page  # what the run asks for, filled in
+        form = {**form_of(page, "grant"), "usd": "", "turns": "3", "tokens": ""}
+        done = browser.post(f"/runs/{root['run_id']}/grant", data=form)
+        assert done.status_code == 303, done.text
+    with SQLiteStore(console.store) as saved:
+        assert saved.load(root["run_id"]).limits.max_turns == 6
