@@ -30,6 +30,8 @@ __all__ = ["follow", "is_database", "run_worker"]
 
 FOLLOW_POLL_S = 0.1
 UNTAKEN_HINT_S = 5.0
+SETTLE_S = 5.0
+"""How long a stopped root's report waits for its runs on other workers to save their stops."""
 _T = TypeVar("_T")
 
 AWAY_POLL_S = 1.0
@@ -111,14 +113,25 @@ def follow(cluster: Any, run_id: str, *, timeout_s: float | None = None) -> list
     while True:
         root = _reachable(lambda: cluster.store.load(run_id))
         if root.status is not Status.RUNNING:
-            states: list[RunState] = _reachable(lambda: cluster.store.tree(run_id))
-            return states
+            return _settled(cluster, run_id)
         waited = time.monotonic() - started
         if timeout_s is not None and waited > timeout_s:
             return list(cluster.store.tree(run_id))
         if not hinted and waited > UNTAKEN_HINT_S and cluster.store.executor(run_id) is None:
             hinted = True
             click.echo(_untaken(run_id, cluster.store.url), err=True)
+        time.sleep(FOLLOW_POLL_S)
+
+
+def _settled(cluster: Any, run_id: str) -> list[RunState]:
+    """The tree's states once none of its runs is ``running``: a child on another
+    worker saves its stop a moment after its root's (a cancel reaches each
+    worker's runs in turn); as they are after :data:`SETTLE_S` if one still is."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        states: list[RunState] = _reachable(lambda: cluster.store.tree(run_id))
+        if all(s.status is not Status.RUNNING for s in states) or time.monotonic() > deadline:
+            return states
         time.sleep(FOLLOW_POLL_S)
 
 

@@ -178,3 +178,33 @@ def test_registrations_of_followers_gone_are_forgotten(follower: Follower, pg_ur
         Follower(pg_url, "run_other").open().close()
         rows = conn.execute("SELECT root_id FROM event_followers ORDER BY root_id").fetchall()
     assert rows == [(ROOT,)]  # the live follower's stays; the killed one's went
+
+
+def test_the_report_of_a_stopped_root_waits_for_its_children_to_save_their_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cancelled root is saved a moment before a child on another worker saves
+    its own stop: the CLI's report does not show that child ``running``."""
+    from orchestra import Limits, RunState, Status
+    from orchestra.distributed import _cli
+
+    def state(run_id: str, status: Status) -> RunState:
+        return RunState(run_id=run_id, root_id="r", agent="a", model="m", limits=Limits(),
+                        messages=[], status=status)  # fmt: skip
+
+    reads = iter([[Status.RUNNING], [Status.RUNNING], [Status.INTERRUPTED]])
+
+    class Store:
+        def load(self, run_id: str) -> RunState:
+            return state("r", Status.INTERRUPTED)
+
+        def tree(self, run_id: str) -> list[RunState]:
+            (child,) = next(reads)
+            return [state("r", Status.INTERRUPTED), state("c", child)]
+
+    class Cluster:
+        store = Store()
+
+    monkeypatch.setattr(_cli, "FOLLOW_POLL_S", 0.0)
+    states = _cli.follow(Cluster(), "r")
+    assert [s.status for s in states] == [Status.INTERRUPTED, Status.INTERRUPTED]
