@@ -17,8 +17,9 @@ The mapping (AG-UI 1.0, whose subagent events are the protocol's own):
   for a cancelled one), or ``RUN_ERROR`` for ``failed``;
 * a child's ``run_started`` → ``SUBAGENT_STARTED`` (``subagentRunId``: the
   child's run id; ``parentSubagentRunId``: its parent's, below the root's
-  children; ``parentToolCallId``: the call that started it); its ``run_stopped`` → ``SUBAGENT_FINISHED`` (``suspended`` if
-  ``interrupted``), or ``SUBAGENT_ERROR`` for ``failed``. Everything a child does
+  children; ``parentToolCallId``: the call that started it); its
+  ``run_stopped`` → ``SUBAGENT_FINISHED`` (``suspended`` if ``interrupted``),
+  or ``SUBAGENT_ERROR`` for ``failed``. Everything a child does
   carries its ``subagentRunId``;
 * ``text_delta`` → ``TEXT_MESSAGE_START``/``CONTENT``/``END``, one message per
   reply (id ``<run id>:<turn>``; ended by the reply's ``turn``, a ``reply_cut``

@@ -181,9 +181,9 @@ def table(
 ) -> list[Text]:
     """Rows in aligned columns within ``width``.
 
-    What gives way, in order: gaps of two spaces become one; the :class:`Flex`
-    column shrinks down to its least; the ``droppable`` columns go, in that
-    order; then the flex column shrinks further. A note is cut to the width.
+    What gives way, in order: gaps of two spaces become one; the ``droppable``
+    columns go, in that order (so names stay whole); the :class:`Flex` column
+    shrinks down to its least, then further. A note is cut to the width.
     """
     header = Row(cells=[Text(h, style="bold") for h in headers])
     widths = [max(_width(row.cells[i]) for row in (header, *rows)) for i in range(len(headers))]
@@ -196,12 +196,12 @@ def table(
         excess = sum(widths[i] for i in shown) + gap * (len(shown) - 1) - width
         if excess <= 0:
             break
+        if drop:  # a column goes before a name is cut
+            shown.remove(drop.pop(0))
+            continue
         if flex is not None and widths[flex] - excess >= max(least, len(headers[flex])):
             widths[flex] -= excess
             break
-        if drop:
-            shown.remove(drop.pop(0))
-            continue
         if flex is not None:
             widths[flex] = max(widths[flex] - excess, len(headers[flex]), 4)
         break
@@ -387,8 +387,9 @@ def runs_lines(runs: Sequence[dict[str, Any]], width: int) -> list[Text]:
         )
         for r in runs
     ]
-    # narrow, own $ goes first (tree $ says a root's spend), then the age
-    return table(RUNS_HEADERS, {4, 5, 6, 7}, rows, width, droppable=(5, 7))
+    # narrow, own $ goes first (tree $ says a root's spend), then the age, then the model:
+    # the agent names stay whole
+    return table(RUNS_HEADERS, {4, 5, 6, 7}, rows, width, droppable=(5, 7, 2))
 
 
 def _continues(run_id: str | None) -> Text | None:

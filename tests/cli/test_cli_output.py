@@ -97,6 +97,16 @@ def test_the_tree_names_status_turns_spend_and_budgets():
     assert "stopped: completed (answered) after " in shown
 
 
+def test_the_demos_tree_and_the_runs_table_keep_agent_names_whole_at_80_columns():
+    """Columns give way (own $, tokens, the model; the runs' age) before a name is cut."""
+    printed = cli("demo", "research", code=0)
+    assert_fits(printed)
+    assert sum("─ researcher run_" in line for line in printed.splitlines()) == 3, printed
+    listed = cli("runs", code=0)
+    assert_fits(listed)
+    assert all(" assistant " in line for line in listed.splitlines()[1:]), listed
+
+
 def test_a_narrow_tree_cuts_the_agent_name_before_the_run_id():
     leaf = Node(
         agent="a-researcher-with-a-very-long-name",
