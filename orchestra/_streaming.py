@@ -14,6 +14,8 @@ the tree's end (a ``break``, an error, Ctrl-C), stops the whole tree as
 
 from __future__ import annotations
 
+import atexit
+import concurrent.futures.thread  # noqa: F401  (see TreeStream.__init__)
 import contextlib
 import queue
 import threading
@@ -52,6 +54,8 @@ class RunningTree(Protocol):
 
 
 _END = object()
+EXITED = "the script exited while the tree ran"
+"""The reason of a tree a script left running when it ended."""
 
 
 def _is_root_words(event: Event) -> bool:
@@ -95,6 +99,11 @@ class TreeStream(Generic[OutputT]):
         self._thread = threading.Thread(
             target=trio.run, args=(self._main, start), name="orchestra-stream", daemon=True
         )
+        # A tree left running stops, saved, as the script ends. Until then it runs
+        # on after the main thread finished, when a module that registers an exit
+        # hook of its own can no longer be imported (concurrent.futures.thread,
+        # which the tokenizer imports on first use): imported above, here.
+        atexit.register(self._at_exit)
         self._thread.start()
         self._started.wait()
         if self._handle is None and self._error is not None:
@@ -109,6 +118,7 @@ class TreeStream(Generic[OutputT]):
         finally:
             with trio.CancelScope(shield=True):  # this trio run's pooled connections
                 await release(self._providers)
+            atexit.unregister(self._at_exit)
             self._started.set()
             self._events.put(_END)
 
@@ -161,6 +171,12 @@ class TreeStream(Generic[OutputT]):
             return
         with contextlib.suppress(trio.RunFinishedError):  # it stopped meanwhile
             trio.from_thread.run_sync(handle.cancel, reason, trio_token=token)
+
+    def _at_exit(self) -> None:
+        """The script ends with the tree still running: it is cancelled (its runs end
+        ``interrupted``, saved, resumable) and waited for."""
+        self.cancel(EXITED)
+        self._thread.join()
 
     def __enter__(self) -> TreeStream[OutputT]:
         return self

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from orchestra import ConfigError, OpenAIProvider, Runner, Status
+from orchestra import ConfigError, OpenAIProvider, Runner, SQLiteStore, Status
+from orchestra._streaming import EXITED
 from orchestra.testing import ScriptedTransport, demo_agent, make_sandbox
 
 
@@ -61,3 +64,24 @@ def test_it_works_where_an_asyncio_loop_runs_as_in_a_notebook(box: Path) -> None
 def test_a_tree_that_cannot_start_raises_at_once(box: Path) -> None:
     with pytest.raises(ConfigError, match="a run needs a non-empty task"):
         runner().stream_sync(demo_agent("plan", box), "  ")
+
+
+def test_a_script_that_ends_with_its_tree_running_leaves_it_interrupted_and_saved(
+    tmp_path: Path,
+) -> None:
+    script = f"""
+from pathlib import Path
+from orchestra import OpenAIProvider, Runner, SQLiteStore
+from orchestra.testing import ScriptedTransport, demo_agent, make_sandbox
+box = make_sandbox(Path({str(tmp_path / "box")!r}))
+provider = OpenAIProvider(base_url="http://scripted/v1", transport=ScriptedTransport())
+runner = Runner(provider=provider, store=SQLiteStore({str(tmp_path / "runs.db")!r}))
+stream = runner.stream_sync(demo_agent("slow_tree", box), "go, children=3")
+"""  # the stream is never read: the script ends while the tree scans
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        (root,) = store.list_runs()
+    assert root.status is Status.INTERRUPTED and root.reason == EXITED
