@@ -19,12 +19,12 @@ of its tree: the reference is saved, the value never is.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any, Generic
 
 import attrs
 
 from ._exceptions import ConfigError
+from ._reference import named
 from ._state import Limits
 
 if TYPE_CHECKING:
@@ -96,11 +96,7 @@ def deps_of_reference(reference: str) -> object:
     Raises:
         ConfigError: it cannot be imported, or making them failed.
     """
-    module, _, attr = reference.partition(":")
-    try:
-        found: Any = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ConfigError(f"cannot import dependencies {reference!r}: {exc}") from None
+    found = named(reference, "dependencies")
     if not callable(found):
         return found
     try:

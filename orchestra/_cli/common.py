@@ -82,14 +82,17 @@ def api_key_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
-def saved_run_key_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--api-key`` of a command that goes on with saved runs (``resume``, ``worker``):
-    by default the variable of the provider each run was started with."""
+def saved_run_key_option(
+    fn: Callable[..., Any], *, said: str = "Key for the runs' endpoint"
+) -> Callable[..., Any]:
+    """``--api-key`` of a command that goes on with saved runs (``resume``, ``worker``,
+    ``approve --resume``): by default the variable of the provider each run was
+    started with (``said``: how the help begins)."""
     return click.option(
         "--api-key",
         default="",
         metavar="KEY",
-        help="Key for the runs' endpoint; never saved. [default: $OPENAI_API_KEY, or "
+        help=f"{said}; never saved. [default: $OPENAI_API_KEY, or "
         "$ANTHROPIC_API_KEY for a run on Anthropic's API]",
     )(fn)
 

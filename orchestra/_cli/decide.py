@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .common import Reporting, json_option
+from .common import Reporting, json_option, saved_run_key_option
 from .stores import existing_store, is_distributed, store_flag, store_option
 
 if TYPE_CHECKING:
@@ -29,14 +29,6 @@ resume_option = click.option(
     is_flag=True,
     help="Then resume the tree here at once, as `orchestra resume` does: decide and "
     "continue in one step.",
-)
-
-key_option = click.option(
-    "--api-key",
-    default="",
-    metavar="KEY",
-    help="With --resume: the key for the tree's endpoint; never saved. [default: "
-    "$OPENAI_API_KEY, or $ANTHROPIC_API_KEY for an Anthropic run]",
 )
 
 
@@ -75,7 +67,8 @@ def _decision(fn: Callable[..., dict[str, Any]]) -> Callable[..., None]:
             click.echo(_said(fn.__name__, waiting))
             click.echo(f"next: orchestra resume {root}{store_flag(store_path)}")
 
-    return resume_option(key_option(wrapper))
+    keyed = saved_run_key_option(wrapper, said="With --resume: the key for the tree's endpoint")
+    return resume_option(keyed)
 
 
 def _resumable(store: DurableStore, run_id: str) -> RunState:

@@ -28,7 +28,6 @@ demo``/``run``) or from an import reference
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import socket
 import sys
@@ -52,6 +51,7 @@ from .._model.tokens import encoding
 from .._prices import PriceTable
 from .._recipes.calls import ModelCalls, ProviderOptions
 from .._recipes.recipe import Recipe
+from .._reference import named
 from .._state import RunState, Status
 from .._stores.fence import Fence
 from . import _dbos
@@ -122,11 +122,7 @@ def agent_of_reference(reference: str) -> Agent:
     Raises:
         ConfigError: it cannot be imported or is not an agent.
     """
-    module, _, attr = reference.partition(":")
-    try:
-        found: Any = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ConfigError(f"cannot import agents {reference!r}: {exc}") from None
+    found = named(reference, "agents")
     agent = found() if callable(found) and not isinstance(found, Agent) else found
     if not isinstance(agent, Agent):
         raise ConfigError(f"{reference!r} is not an Agent (nor a function returning one)")
