@@ -122,6 +122,15 @@ def console_command(port: int, store_path: str | None, create: bool) -> None:
     metavar="SECONDS",
     help="A database away at the start (restarting) is waited for this long.",
 )
+@click.option(
+    "--look-every",
+    "look_every_s",
+    type=Number(min=0.05, max=3600.0),
+    default=1.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How often to look for queued runs nobody announced (announced ones are taken at once).",
+)
 @saved_run_key_option
 def worker_command(
     database: str,
@@ -131,6 +140,7 @@ def worker_command(
     base_url: str | None,
     dead_after_s: float,
     wait_for_db_s: float,
+    look_every_s: float,
     api_key: str,
 ) -> None:
     """Execute queued runs from a PostgreSQL database until Ctrl-C (or SIGTERM).
@@ -155,6 +165,7 @@ def worker_command(
         api_key=api_key,
         dead_after_s=dead_after_s,
         wait_for_db_s=wait_for_db_s,
+        look_every_s=look_every_s,
     )
 
 

@@ -54,6 +54,7 @@ def run_worker(
     api_key: str,
     dead_after_s: float,
     wait_for_db_s: float,
+    look_every_s: float = 1.0,
 ) -> None:
     """Serve as a worker until SIGINT or SIGTERM, then exit at once.
 
@@ -75,6 +76,7 @@ def run_worker(
         "inline_children": inline_children,
         "dead_after_s": dead_after_s,
         "wait_for_db_s": wait_for_db_s,
+        "look_every_s": look_every_s,
         "heartbeat_s": min(1.0, dead_after_s / 4),
     }
     if executor_id:

@@ -55,7 +55,7 @@ class Cluster:
             migrate(database, self.store)
             # a cancel retries within its own deadline: DBOS's backoff (up to a minute
             # after a PostgreSQL restart) once held one for 59.5 s in the chaos test
-            self.queue = DBOSQueue(database, self.store.attempt, dbos_retries=False)
+            self.queue = DBOSQueue(database, self.store, dbos_retries=False)
         except BaseException:
             self.store.close()
             raise

@@ -26,15 +26,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 from urllib.parse import urlencode, urlsplit
 
 import trio
 
 from .._exceptions import StoreError, StoreUnreachable
 from .._version import installed_version
+from ._dispatch import IDLE_LOOK_S, Dispatcher, announce
 from ._threads import StepAbandoned, in_thread
 
 __all__ = [
@@ -58,8 +60,6 @@ APP_VERSION = f"orchestra-{installed_version()}"
 QUEUE = "orchestra-runs"
 WORKFLOW = "orchestra.run"
 STEP = "orchestra.step"
-QUEUE_POLL_S = 0.1
-"""How often a worker looks for queued runs (DBOS's default: 1 s)."""
 
 CLIENT_LOCK_TIMEOUT_MS = 100
 """A client's statement waits this long for a row lock: a cancel does not wait
@@ -78,6 +78,9 @@ class DatabaseAway(Exception):
 
 _serving: tuple[Callable[[str], Awaitable[str]], trio.lowlevel.TrioToken] | None = None
 """The trio function this process's steps call, and the loop it runs in."""
+_claims: _Claims | None = None
+_dispatcher: Dispatcher | None = None
+"""How this process takes queued runs (while DBOS is launched here)."""
 
 
 def workflow_id(run_id: str, attempt: int) -> str:
@@ -170,10 +173,14 @@ def _register() -> None:
 
     @DBOS.workflow(name=WORKFLOW)
     def run_workflow(run_id: str) -> str:
-        while True:
-            status = advance(run_id)
-            if status != "running":
-                return status
+        try:
+            while True:
+                status = advance(run_id)
+                if status != "running":
+                    return status
+        finally:  # its slot is free (a run that waited for one is taken now)
+            if _claims is not None:
+                _claims.ended(DBOS.workflow_id)
 
 
 def serve(fn: Callable[[str], Awaitable[str]]) -> None:
@@ -182,50 +189,126 @@ def serve(fn: Callable[[str], Awaitable[str]]) -> None:
     _serving = (fn, trio.lowlevel.current_trio_token())
 
 
-def launch(database: str, executor_id: str, concurrency: int) -> None:
+def launch(
+    database: str, executor_id: str, concurrency: int, *, idle_look_s: float = IDLE_LOOK_S
+) -> None:
     """Start DBOS in this process as worker ``executor_id`` (blocking: call it in a thread).
 
     Recovers the workflows this executor left pending (a worker restarted
     under its old id) and takes runs from the queue, at most ``concurrency``
-    at a time.
+    at a time: when one is announced, when a slot frees up for one that
+    waited, and every ``idle_look_s`` (see :mod:`._dispatch`; DBOS's own
+    queue thread listens to none of the queues).
     """
+    global _claims, _dispatcher
     DBOS = _dbos()
     _register()
     DBOS(config=config(database, executor_id))
+    DBOS.listen_queues([])
     DBOS.launch()
-    DBOS.register_queue(
-        QUEUE,
-        worker_concurrency=concurrency,
-        polling_interval_sec=QUEUE_POLL_S,
-        on_conflict="always_update",
+    queue = DBOS.register_queue(QUEUE, worker_concurrency=concurrency, on_conflict="always_update")
+    claims = _claims = _Claims(queue)
+    dispatcher = _dispatcher = Dispatcher(
+        database=database, concurrency=concurrency, claims=claims, idle_look_s=idle_look_s
     )
+    dispatcher.start()
 
 
 def destroy() -> None:
-    """Stop DBOS in this process (blocking)."""
+    """Stop taking runs, then DBOS, in this process (blocking)."""
     from dbos import DBOS
 
+    global _claims, _dispatcher
+    if _dispatcher is not None:
+        _dispatcher.stop()
+    _claims = _dispatcher = None
     DBOS.destroy(workflow_completion_timeout_sec=0)
 
 
-def recover(executor_ids: list[str]) -> int:
+class _Claims:
+    """This process's claims on the queue, made as DBOS's queue thread makes them
+    (:meth:`SystemDatabase.start_queued_workflows`, then
+    :func:`execute_dequeued_workflow` for each), with the workflows claimed and
+    not yet ended counted here: DBOS counts one only once its thread runs it."""
+
+    def __init__(self, queue: Any) -> None:
+        self._queue = queue
+        self._mine: set[str] = set()
+        self._lock = threading.Lock()
+
+    def running(self) -> int:
+        from dbos._dbos import _get_dbos_instance
+
+        counted = _get_dbos_instance()._active_workflows_set.count_for_queue(QUEUE)
+        with self._lock:
+            return max(counted, len(self._mine))
+
+    def take(self, room: int) -> int:
+        from dbos._core import execute_dequeued_workflow
+        from dbos._dbos import _get_dbos_instance
+        from dbos._utils import GlobalParams, generate_uuid
+
+        dbos = _get_dbos_instance()
+        owner = generate_uuid()
+        ids, _ = dbos._sys_db.start_queued_workflows(
+            self._queue,
+            GlobalParams.executor_id,
+            GlobalParams.app_version,
+            None,
+            self._queue._worker_concurrency - room,
+            owner_xid=owner,
+            is_latest_version=False,  # ours are queued under this release's version
+        )
+        if not ids:
+            return 0
+        with self._lock:
+            self._mine.update(ids)
+        statuses = {s["workflow_uuid"]: s for s in dbos._sys_db.get_workflow_statuses(ids)}
+        for wid in ids:
+            try:
+                execute_dequeued_workflow(dbos, statuses[wid], owner)
+            except Exception as exc:  # it did not start (DBOS marked it so): its slot is free
+                logging.getLogger(__name__).error("cannot start workflow %s: %s", wid, exc)
+                self.ended(wid)
+        return len(ids)
+
+    def ended(self, workflow_id: str | None) -> None:
+        """``workflow_id``'s function returned here: its slot is free."""
+        with self._lock:
+            self._mine.discard(workflow_id or "")
+
+
+def recover(executor_ids: list[str], runs: QueuedRuns) -> int:
     """Queue again the workflows that dead executors left pending; how many.
 
-    Any live worker then takes them. Safe to call twice (only workflows still
-    marked as the dead executors' are moved).
+    Any live worker then takes them (they are announced in ``runs``' database).
+    Safe to call twice (only workflows still marked as the dead executors' are
+    moved).
     """
     from dbos import DBOS
 
-    return len(DBOS._recover_pending_workflows(executor_ids))
+    moved = len(DBOS._recover_pending_workflows(executor_ids))
+    if moved:
+        announce(runs)
+    return moved
+
+
+class QueuedRuns(Protocol):
+    """What a queue needs of the run store."""
+
+    def attempt(self, run_id: str) -> int: ...
+
+    def transaction(self) -> Any: ...
 
 
 class DBOSQueue:
     """Queues runs for workers through a DBOS client (any process may queue)."""
 
-    def __init__(
-        self, database: str, attempts: Callable[[str], int], *, dbos_retries: bool = True
-    ) -> None:
-        """``dbos_retries=False``: a lost connection is raised (as StoreUnreachable)
+    def __init__(self, database: str, runs: QueuedRuns, *, dbos_retries: bool = True) -> None:
+        """``runs``: the store of the queued runs (their attempts; where each
+        enqueue is announced to the workers, see :func:`._dispatch.announce`).
+
+        ``dbos_retries=False``: a lost connection is raised (as StoreUnreachable)
         rather than retried by DBOS itself, with backoff up to a minute and no
         deadline; for a client whose callers retry within their own deadline.
         Such a client also waits at most :data:`CLIENT_LOCK_TIMEOUT_MS` for a
@@ -240,7 +323,7 @@ class DBOSQueue:
             application_name=APP_NAME,
             retry_connection_errors=dbos_retries,
         )
-        self._attempts = attempts
+        self._runs = runs
 
     def enqueue_now(self, run_id: str) -> str:
         """Queue ``run_id``'s current attempt (blocking); its workflow id.
@@ -250,7 +333,7 @@ class DBOSQueue:
             StoreError: the workflow's row stayed locked (a worker stalled
                 while holding it) through :data:`BUSY_RETRIES` tries.
         """
-        wid = workflow_id(run_id, self._attempts(run_id))
+        wid = workflow_id(run_id, self._runs.attempt(run_id))
         options: Any = {
             "workflow_name": WORKFLOW,
             "queue_name": QUEUE,
@@ -260,10 +343,12 @@ class DBOSQueue:
         for _ in range(BUSY_RETRIES):
             try:
                 self._client.enqueue(options, run_id)
-                return wid
             except Exception as exc:  # DBOS's own database errors, mapped at this boundary
                 if not _locked(exc):
                     _raise_mapped(exc, f"cannot queue {run_id}")
+            else:
+                announce(self._runs)
+                return wid
             time.sleep(0.05)
         raise StoreError(f"cannot queue {run_id}: its workflow stayed locked by a stalled worker")
 

@@ -33,6 +33,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import attrs
@@ -55,6 +56,7 @@ from .._reference import named
 from .._state import RunState, Status
 from .._stores.fence import Fence
 from . import _dbos
+from ._dispatch import IDLE_LOOK_S
 from ._host import InlineRoom, WorkerRunner, settle_lost
 from ._ledger import PostgresLedger
 from ._notify import EventPublisher, create_schema
@@ -150,6 +152,10 @@ class Worker:
     wait_for_db_s: float = WAIT_FOR_DB_S
     """How long a worker starting while its database is away waits for it
     (``--wait-for-db``) before it gives up (:class:`StoreUnreachable`)."""
+    look_every_s: float = IDLE_LOOK_S
+    """How often this worker looks for queued runs that no notification
+    announced (``--look-every``; announced ones are taken at once: see
+    :mod:`._dispatch`)."""
     sink: EventSink | None = None
     on_declared_dead: Callable[[str], None] = attrs.field(factory=lambda: _exit_declared_dead)
     """Called when peers declared this worker dead (default: exit the process, 75)."""
@@ -203,11 +209,17 @@ class Worker:
                 # Before "ready": the first step of each run here counts its prompt,
                 # and building the tokenizer takes seconds on a loaded machine.
                 await trio.to_thread.run_sync(encoding)
-                self._queue = _dbos.DBOSQueue(self.database, self._store.attempt)
+                self._queue = _dbos.DBOSQueue(self.database, self._store)
                 self._scripted_url = url
                 _dbos.serve(self.advance)
                 await trio.to_thread.run_sync(
-                    _dbos.launch, self.database, self.executor_id, self.concurrency
+                    partial(
+                        _dbos.launch,
+                        self.database,
+                        self.executor_id,
+                        self.concurrency,
+                        idle_look_s=self.look_every_s,
+                    )
                 )
                 self._launched = True
                 nursery.start_soon(self._watch)
@@ -592,7 +604,7 @@ class Worker:
                 return
             if dead:
                 # DBOS re-queues the dead executors' workflows in its own (blocking) calls
-                await trio.to_thread.run_sync(_dbos.recover, dead)
+                await trio.to_thread.run_sync(_dbos.recover, dead, self._store)
             if judge and time.monotonic() >= sweep_at:
                 sweep_at = time.monotonic() + self.dead_after_s / 2
                 with contextlib.suppress(StoreUnreachable):
@@ -650,7 +662,7 @@ class Worker:
         with self._store.transaction() as conn:
             alive = {row[0] for row in conn.execute("SELECT executor FROM workers")}
         gone = sorted(holders - alive)
-        if gone and _dbos.recover(gone):
+        if gone and _dbos.recover(gone, self._store):
             sys.stderr.write(
                 f"worker {self.executor_id}: workflows held by {', '.join(gone)} (no longer "
                 "alive) queued again\n"

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -94,12 +94,13 @@ def workers(
     env: dict[str, str],
     concurrency: int = 3,
     inline: int | None = None,
+    more: Sequence[str] = (),
 ) -> Iterator[Workers]:
     """``count`` ready workers (w1…), stopped after the block; DBOS's database dropped.
 
-    ``inline``: their ``--inline-children`` (None: the default)."""
+    ``inline``: their ``--inline-children`` (None: the default); ``more``: more options."""
     pool = Workers(url, logs, env)
-    options = () if inline is None else ("--inline-children", str(inline))
+    options = (*(() if inline is None else ("--inline-children", str(inline))), *more)
     try:
         for i in range(1, count + 1):
             pool.start(f"w{i}", concurrency, *options)

@@ -113,13 +113,27 @@ def _statuses(pg_url: str) -> Counter[str]:
     return Counter(status for (status,) in query(pg_url, "SELECT status FROM runs"))
 
 
-@pytest.mark.parametrize(("count", "concurrency", "trees"), [(1, 1, 3), (2, 2, 12)])
+@pytest.mark.parametrize(
+    ("count", "concurrency", "trees", "inline"), [(1, 1, 3, None), (2, 2, 12, None), (1, 1, 3, 0)]
+)
 def test_a_burst_larger_than_the_slots_completes(
-    pg_url: str, tmp_path: Path, sandbox: Path, count: int, concurrency: int, trees: int
+    pg_url: str,
+    tmp_path: Path,
+    sandbox: Path,
+    count: int,
+    concurrency: int,
+    trees: int,
+    inline: int | None,
 ) -> None:
     """3 trees on 1 slot, and 12 trees (48 runs) on 2 workers × 2 slots: every
-    root holds a slot before any child is queued, so without parking none ends."""
-    with workers(pg_url, tmp_path, count, {}, concurrency=concurrency):
+    root holds a slot before any child is queued, so without parking none ends.
+
+    With every child queued (``inline`` 0) and no look on the clock (an hour
+    apart), every run is taken because its enqueue was announced (roots,
+    children, woken parents) or because a slot freed up for it: nothing waits
+    for a poll."""
+    more = ("--look-every", "3600") if inline == 0 else ()
+    with workers(pg_url, tmp_path, count, {}, concurrency=concurrency, inline=inline, more=more):
         _burst(pg_url, sandbox, trees)
 
         def settled() -> bool:
