@@ -14,7 +14,10 @@ what its parent has left; check the turn limit and reserve a call's worst
 case; release it and charge the real cost), and what it changed is written
 back before the locks go. So a reservation on one worker sees every
 reservation and every spend of the tree on every other: the zero-overshoot
-rule holds across workers.
+rule holds across workers. A decision runs on the worker's trio thread, as
+a save does (no thread hop), while the lineage's rows are free (``NOWAIT``);
+if another worker's decision holds one, it is made in a worker thread that
+waits for the lock, so the loop never waits on another worker.
 
 Alongside: ``ledger_holds``, the reservation a run's call in flight holds
 (one at most per run: a run makes one model call at a time), and
@@ -35,10 +38,11 @@ from typing import Any, Protocol, TypeVar
 
 import attrs
 import orjson
+import psycopg
 import trio
 
 from .._core.run import LiveRun
-from .._exceptions import LeaseLost, StateError
+from .._exceptions import LeaseLost, StateError, StoreUnreachable
 from .._state import RunState, Usage
 from .._stores.fence import Fence
 from ._threads import (
@@ -107,6 +111,8 @@ _LOCK_LINEAGE = """
     SELECT run_id, tree, reserved_pico, reserved_tokens, reserved_turns, own
     FROM ledger WHERE run_id = ANY(%s) ORDER BY depth FOR UPDATE
 """
+_LOCK_LINEAGE_NOW = _LOCK_LINEAGE + " NOWAIT"
+"""The lineage's rows if no other decision holds one of them (else :class:`_Busy`)."""
 _WRITE_NODE = """
     UPDATE ledger SET tree = %s, reserved_pico = %s, reserved_tokens = %s, reserved_turns = %s
     WHERE run_id = %s
@@ -210,13 +216,16 @@ class PostgresLedger:
             )
 
     async def guarded(self, run: LiveRun, decide: Callable[[], _T]) -> _T:
-        """See :class:`~orchestra._core.run.Ledger`; one transaction in a worker thread.
+        """See :class:`~orchestra._core.run.Ledger`; one transaction, on the trio
+        thread if no other decision holds a row of the lineage (as a save is:
+        no thread hop), else in a worker thread that waits for them (the loop
+        never waits on another worker's lock).
 
         Raises:
             StepAbandoned: the database could not be reached (the current step
                 is abandoned: nothing more of it is saved).
         """
-        return await self._in_step(in_thread, self._guarded, run, decide)
+        return await self._decision(run, decide, in_thread)
 
     async def released(self, run: LiveRun, release: Callable[[], _T]) -> _T:
         """See :class:`~orchestra._core.run.Ledger`: tried every :data:`RETRY_S` for
@@ -228,7 +237,7 @@ class PostgresLedger:
         waited = 0.0
         while True:
             try:
-                return await self._in_step(attempt_in_thread, self._guarded, run, release)
+                return await self._decision(run, release, attempt_in_thread)
             except StepAbandoned:
                 if waited >= RELEASE_PATIENCE_S:
                     abandon_step()
@@ -236,16 +245,35 @@ class PostgresLedger:
             await trio.sleep(RETRY_S)
             waited += RETRY_S
 
-    def _guarded(self, run: LiveRun, decide: Callable[[], _T], fence: Fence | None) -> _T:
+    async def _decision(
+        self, run: LiveRun, decide: Callable[[], _T], thread: Callable[..., Awaitable[_T]]
+    ) -> _T:
+        """``decide`` on the trio thread if the lineage's rows are free, else through
+        ``thread`` (:func:`in_thread`, or :func:`attempt_in_thread` for a
+        release: an unreachable database then leaves the step as it was)."""
+        try:
+            with _superseding():
+                return self._guarded(run, decide, step_fence(), wait=False)
+        except StoreUnreachable as exc:
+            if thread is in_thread:
+                abandon_step()
+            raise StepAbandoned(str(exc)) from exc
+        except _Busy:
+            return await self._in_step(thread, self._guarded, run, decide)
+
+    def _guarded(
+        self, run: LiveRun, decide: Callable[[], _T], fence: Fence | None, wait: bool = True
+    ) -> _T:
         """``decide`` in one transaction, fenced by the step's claim (``fence``);
         if that fails, the live lineage's numbers (and the run's own usage) are
-        left as they were before it."""
+        left as they were before it. ``wait=False``: :class:`_Busy` at once if
+        another transaction holds a row of the lineage."""
         nodes = run.lineage()
         before = [_Numbers.of(node) for node in nodes]
         own = run.state.own
         try:
             with self._fenced(fence) as conn:
-                return self._decided(conn, run, decide)
+                return self._decided(conn, run, decide, wait=wait)
         except BaseException:
             for node, was in zip(nodes, before, strict=True):
                 was.load_into(node)
@@ -253,13 +281,20 @@ class PostgresLedger:
             raise
 
     def _decided(
-        self, conn: Any, run: LiveRun, decide: Callable[[], _T], *, lost: bool = False
+        self,
+        conn: Any,
+        run: LiveRun,
+        decide: Callable[[], _T],
+        *,
+        lost: bool = False,
+        wait: bool = True,
     ) -> _T:
         """Within ``conn``'s transaction: lock and load the lineage, ``decide``,
         write back what changed, and record the hold and spend (``lost``: a
-        charge for a call whose outcome was never recorded)."""
+        charge for a call whose outcome was never recorded; ``wait``: see
+        :meth:`_guarded`)."""
         nodes = run.lineage()
-        _load(conn, nodes)
+        _load(conn, nodes, wait=wait)
         before = [_Numbers.of(node) for node in nodes]
         own = run.state.own
         result = decide()
@@ -408,10 +443,17 @@ class PostgresLedger:
         )
 
 
-def _load(conn: Any, nodes: Sequence[LiveRun]) -> None:
-    """Lock the lineage's rows (root first) and load them into its live runs."""
+def _load(conn: Any, nodes: Sequence[LiveRun], *, wait: bool = True) -> None:
+    """Lock the lineage's rows (root first) and load them into its live runs
+    (``wait=False``: :class:`_Busy` if another transaction holds one)."""
     by_id = {node.state.run_id: node for node in nodes}
-    rows = conn.execute(_LOCK_LINEAGE, (list(by_id),)).fetchall()
+    if wait:
+        rows = conn.execute(_LOCK_LINEAGE, (list(by_id),)).fetchall()
+    else:
+        try:
+            rows = conn.execute(_LOCK_LINEAGE_NOW, (list(by_id),)).fetchall()
+        except psycopg.errors.LockNotAvailable as exc:
+            raise _Busy(str(exc)) from exc
     if len(rows) != len(by_id):
         found = {row[0] for row in rows}
         missing = ", ".join(sorted(set(by_id) - found))
@@ -436,6 +478,10 @@ def _usage_json(usage: Usage) -> str:
 
 def _usage(text: str) -> Usage:
     return Usage(**orjson.loads(text))
+
+
+class _Busy(Exception):
+    """Another transaction holds a row of the lineage (a decision elsewhere)."""
 
 
 @contextlib.contextmanager

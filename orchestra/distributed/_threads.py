@@ -1,5 +1,8 @@
 """Blocking database calls from trio: in worker threads, a few at a time.
 
+(Saves, and budget decisions whose rows are free, are made on the trio
+thread instead: one short transaction that waits on no other worker.)
+
 psycopg's async API is asyncio-only, so the distributed side calls its sync
 API through :func:`trio.to_thread.run_sync`. The PostgreSQL store keeps one
 connection per thread; capping the threads that run such calls at once

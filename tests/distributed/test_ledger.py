@@ -7,6 +7,7 @@ or spends the others see only through the ledger.
 
 from __future__ import annotations
 
+import threading
 import time
 from functools import partial
 from typing import Any
@@ -238,3 +239,42 @@ async def test_a_turn_charged_again_makes_the_earlier_charge_a_lost_calls(
         ).fetchall()
     assert rows == [(2, charges[0].cost_pico, True), (2, charges[1].cost_pico, False)]
     assert ledger.spent(root.run_id).cost_pico == charges[0].cost_pico + charges[1].cost_pico
+
+
+async def test_a_decision_waits_for_another_workers_lock_off_the_loop(
+    ledger: PostgresLedger, pg_url: str, autojump_clock: object
+) -> None:
+    """A decision is made on the trio thread when the lineage's rows are free;
+    when another worker's decision holds one, it waits in a thread: the loop
+    (every other run of this worker) goes on meanwhile, and the decision is
+    made once the lock is gone."""
+    import psycopg
+
+    root, (kid,) = _tree(ledger, budget=0.01, children=1)
+    run = _worker_view(root, kid)
+    decided = trio.Event()
+    ticks = 0
+
+    async def decide() -> None:
+        grant = await ledger.guarded(run, lambda: reserve(run, PROMPT, 2, Margin()))
+        assert isinstance(grant, Grant)
+        decided.set()
+
+    with psycopg.connect(pg_url) as other:  # another worker, inside a decision on the root
+        other.execute("SELECT 1 FROM ledger WHERE run_id = %s FOR UPDATE", (root.run_id,))
+        # if the decision blocked the loop, this frees it (then the assert below fails)
+        rescue = threading.Timer(10.0, other.commit)
+        rescue.start()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(decide)
+            while ticks < 10:  # the loop runs while the decision waits
+                await trio.sleep(0.01)
+                ticks += 1
+            assert not decided.is_set()
+            rescue.cancel()
+            other.commit()
+            await decided.wait()
+    assert run.reserved_turns == 1
+    fresh = _worker_view(root, kid)
+    await ledger.refresh(fresh)
+    assert fresh.reserved_pico == run.reserved_pico > 0
