@@ -53,6 +53,7 @@ from ._ledger import PostgresLedger
 from ._threads import (
     StepAbandoned,
     abandon_step,
+    here,
     in_thread,
     step_abandoned,
     step_fence,
@@ -289,7 +290,7 @@ class Inline:
         await self._queued.open(parent, child, bind=bind)
         fence = step_fence()
         assert fence is not None
-        await in_thread(self.runner._store.mark_inline, child.state.run_id, fence)
+        here(self.runner._store.mark_inline, child.state.run_id, fence)
 
     async def run(self, child: LiveRun) -> None:
         """Drive ``child`` here if it is going on or interrupted (taken up again:
@@ -347,7 +348,7 @@ class OnWorkers:
 
     async def open(self, parent: LiveRun, child: LiveRun, *, bind: bool) -> None:
         runner, state = self.runner, child.state
-        await in_thread(runner._ledger.open_node, state, len(parent.lineage()), step_fence())
+        here(runner._ledger.open_node, state, len(parent.lineage()), step_fence())
         if bind:
             parent.state.children[state.parent_call_id or ""] = state.run_id
             await runner._ledger.guarded(parent, partial(parent.charge, Usage(child_runs=1)))

@@ -43,6 +43,7 @@ __all__ = [
     "StepAbandoned",
     "abandon_step",
     "attempt_in_thread",
+    "here",
     "hold",
     "in_thread",
     "step_abandoned",
@@ -163,6 +164,21 @@ DB_THREADS = 8
 
 _T = TypeVar("_T")
 _limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("orchestra_db")
+
+
+def here(fn: Callable[..., _T], *args: object) -> _T:
+    """``fn(*args)`` on the calling thread (the trio thread: blocking, as a save
+    is), for a short transaction that waits on no other worker's lock.
+
+    Raises:
+        StepAbandoned: the database could not be reached (the current step,
+            if any, is abandoned).
+    """
+    try:
+        return fn(*args)
+    except StoreUnreachable as exc:
+        abandon_step()
+        raise StepAbandoned(str(exc)) from exc
 
 
 async def in_thread(fn: Callable[..., _T], *args: object) -> _T:
