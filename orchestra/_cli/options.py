@@ -186,3 +186,19 @@ def chunk_ms_option(help_text: str) -> Callable[[_F], _F]:
         metavar="MS",
         help=help_text,
     )
+
+
+def seconds_option(
+    flag: str, default: float, bounds: tuple[float, float], help_text: str
+) -> Callable[[_F], _F]:
+    """An option given in seconds, passed as ``<name>_s`` (``--dead-after``: ``dead_after_s``)."""
+    low, high = bounds
+    return click.option(
+        flag,
+        flag.lstrip("-").replace("-", "_") + "_s",
+        type=Number(min=low, max=high),
+        default=default,
+        show_default=True,
+        metavar="SECONDS",
+        help=help_text,
+    )

@@ -10,7 +10,7 @@ import click
 
 from .common import json_option, saved_run_key_option
 from .errors import CommandError
-from .options import Number, chunk_ms_option, count
+from .options import Number, chunk_ms_option, count, seconds_option
 from .stores import is_distributed, must_exist, need_distributed, new_store, store_option
 
 if TYPE_CHECKING:
@@ -104,32 +104,23 @@ def console_command(port: int, store_path: str | None, create: bool) -> None:
     metavar="URL",
     help="Model endpoint of runs submitted from Python (default: the embedded scripted one).",
 )
-@click.option(
+@seconds_option(
     "--dead-after",
-    "dead_after_s",
-    type=Number(min=0.5, max=3600.0),
-    default=10.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="A worker silent this long is dead: its runs continue on the others.",
+    10.0,
+    (0.5, 3600.0),
+    "A worker silent this long is dead: its runs continue on the others.",
 )
-@click.option(
+@seconds_option(
     "--wait-for-db",
-    "wait_for_db_s",
-    type=Number(max=86400.0),
-    default=60.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="A database away at the start (restarting) is waited for this long.",
+    60.0,
+    (0.0, 86400.0),
+    "A database away at the start (restarting) is waited for this long.",
 )
-@click.option(
+@seconds_option(
     "--look-every",
-    "look_every_s",
-    type=Number(min=0.05, max=3600.0),
-    default=1.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="How often to look for queued runs nobody announced (announced ones are taken at once).",
+    1.0,
+    (0.05, 3600.0),
+    "How often to look for queued runs nobody announced (announced ones are taken at once).",
 )
 @saved_run_key_option
 def worker_command(
