@@ -18,8 +18,10 @@ Workflow ids are ``RUN_ID.ATTEMPT``: queueing a run's current attempt again
 is a no-op (DBOS keeps the first), and a run resumed after an interruption
 (approval) is queued under its next attempt.
 
-DBOS is pinned (``dbos==3.4.0``); its one internal call,
-``DBOS._recover_pending_workflows``, is wrapped in :func:`recover`.
+DBOS is pinned (``dbos==3.4.0``); its internals used here are wrapped in two
+places: ``DBOS._recover_pending_workflows`` in :func:`recover`, and the
+claim and start of queued workflows (as its queue thread makes them: see
+:mod:`._dispatch`) in :class:`_Claims`.
 """
 
 from __future__ import annotations
@@ -66,6 +68,10 @@ CLIENT_LOCK_TIMEOUT_MS = 100
 on a workflow row a stalled worker holds (see :meth:`DBOSQueue.cancel`)."""
 BUSY_RETRIES = 20
 """Tries of an enqueue whose workflow row is locked (50 ms apart) before it fails."""
+
+STARTING_S = 5.0
+"""A workflow this process claimed and DBOS has not begun within this long has
+ended or never will (a cancel came first): its slot is free again."""
 
 STEP_ATTEMPTS = 20
 """Tries of a step that met an unreachable database (0.5 s apart, growing by
@@ -228,20 +234,29 @@ def destroy() -> None:
 class _Claims:
     """This process's claims on the queue, made as DBOS's queue thread makes them
     (:meth:`SystemDatabase.start_queued_workflows`, then
-    :func:`execute_dequeued_workflow` for each), with the workflows claimed and
-    not yet ended counted here: DBOS counts one only once its thread runs it."""
+    :func:`execute_dequeued_workflow` for each). DBOS counts a workflow as
+    running here once its thread has begun it; until then (or for
+    :data:`STARTING_S` at most: one cancelled before it began never is) it
+    is counted here, so that a look right after a claim sees the slots it took."""
 
     def __init__(self, queue: Any) -> None:
         self._queue = queue
-        self._mine: set[str] = set()
+        self._starting: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def running(self) -> int:
         from dbos._dbos import _get_dbos_instance
 
-        counted = _get_dbos_instance()._active_workflows_set.count_for_queue(QUEUE)
+        active = _get_dbos_instance()._active_workflows_set
+        begun = set(active.activeList())
+        now = time.monotonic()
         with self._lock:
-            return max(counted, len(self._mine))
+            self._starting = {
+                wid: at
+                for wid, at in self._starting.items()
+                if wid not in begun and now - at < STARTING_S
+            }
+            return active.count_for_queue(QUEUE) + len(self._starting)
 
     def take(self, room: int) -> int:
         from dbos._core import execute_dequeued_workflow
@@ -261,8 +276,9 @@ class _Claims:
         )
         if not ids:
             return 0
+        claimed = time.monotonic()
         with self._lock:
-            self._mine.update(ids)
+            self._starting.update(dict.fromkeys(ids, claimed))
         statuses = {s["workflow_uuid"]: s for s in dbos._sys_db.get_workflow_statuses(ids)}
         for wid in ids:
             try:
@@ -273,9 +289,9 @@ class _Claims:
         return len(ids)
 
     def ended(self, workflow_id: str | None) -> None:
-        """``workflow_id``'s function returned here: its slot is free."""
+        """``workflow_id``'s function returned here (or never began): not starting."""
         with self._lock:
-            self._mine.discard(workflow_id or "")
+            self._starting.pop(workflow_id or "", None)
 
 
 def recover(executor_ids: list[str], runs: QueuedRuns) -> int:

@@ -146,3 +146,29 @@ def test_stop_ends_both_threads(pg_url: str) -> None:
     with dispatching(pg_url, queue) as dispatcher:
         wait_for(dispatcher.listening.is_set, "the dispatcher to listen")
     assert not any(thread.is_alive() for thread in dispatcher._threads)
+
+
+def test_a_claim_counts_until_dbos_begins_it_and_never_holds_a_slot_for_good(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between its claim and its thread's start a workflow is counted by the
+    claim; once begun, by DBOS alone (never twice); one that never begins (a
+    cancel came first) stops counting after ``STARTING_S``."""
+    from types import SimpleNamespace
+
+    from dbos._core import ActiveWorkflowById
+
+    from orchestra.distributed import _dbos
+
+    active = ActiveWorkflowById()
+    monkeypatch.setattr(
+        "dbos._dbos._get_dbos_instance", lambda: SimpleNamespace(_active_workflows_set=active)
+    )
+    claims = _dbos._Claims(queue=None)
+    now = time.monotonic()
+    claims._starting = {"a.0": now, "never.0": now - _dbos.STARTING_S - 1}
+    assert claims.running() == 1  # "never" was claimed long ago and did not begin
+    began = active.add("a.0", _dbos.QUEUE)
+    assert claims.running() == 1  # "a" began: DBOS counts it, the claim no more
+    began.release()
+    assert claims.running() == 0
