@@ -23,6 +23,7 @@ thread call).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -173,6 +174,10 @@ class EventPublisher:
         statement, in a thread) is sent before the cancel is seen.
         """
         try:
+            # connected before the first batch: a first tree's live events do not
+            # wait for a connection (seconds, on a loaded machine) and come after its
+            # saved ones (the follower then drops them)
+            await trio.to_thread.run_sync(self._link.open)
             while True:
                 await self._wake.wait()
                 await trio.sleep(BATCH_S)
@@ -231,6 +236,11 @@ class _Link:
         except psycopg.Error:
             self.close()
             return set()
+
+    def open(self) -> None:
+        """Connect now if not connected (a failure is left to the first batch)."""
+        with contextlib.suppress(psycopg.Error):
+            self._connection()
 
     def _followed(self, conn: psycopg.Connection[Any], roots: list[str]) -> set[str]:
         rows = conn.execute(

@@ -208,3 +208,23 @@ def test_the_report_of_a_stopped_root_waits_for_its_children_to_save_their_stop(
     monkeypatch.setattr(_cli, "FOLLOW_POLL_S", 0.0)
     states = _cli.follow(Cluster(), "r")
     assert [s.status for s in states] == [Status.INTERRUPTED, Status.INTERRUPTED]
+
+
+def test_a_publisher_is_connected_before_its_first_batch(pg_url: str) -> None:
+    """A worker's first tree does not wait for the publisher's connection (on a
+    loaded machine, long enough for the tree's saved events to reach a follower
+    first, which then drops the live ones)."""
+
+    async def connected() -> bool:
+        publisher = EventPublisher(pg_url, "w1")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(publisher.run)
+            for _ in range(3000):  # 30 s; no event is published meanwhile
+                if publisher._link._conn is not None:
+                    nursery.cancel_scope.cancel()
+                    return True
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+        return False
+
+    assert trio.run(connected), "the publisher was not connected within 30 s"
