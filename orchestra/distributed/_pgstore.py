@@ -79,10 +79,13 @@ _END_STALLED = """
     SELECT pg_terminate_backend(pid) FROM pg_stat_activity
     WHERE datname = current_database() AND pid <> pg_backend_pid()
         AND application_name = current_setting('application_name')
-        AND state LIKE 'idle in transaction%%'
+        AND (state LIKE 'idle in transaction%%' OR (state = 'active' AND wait_event = 'ClientRead'))
         AND state_change < clock_timestamp() - make_interval(secs => %s)
 """
-"""End our sessions idle inside a transaction for longer than the given seconds."""
+"""End our sessions stalled inside a transaction for longer than the given seconds:
+idle in it, or inside a pipeline (``active``, waiting for its client: a process
+frozen between a pipelined read and the rest of its transaction, which no
+server timeout ends)."""
 
 Connection = psycopg.Connection[TupleRow]
 
