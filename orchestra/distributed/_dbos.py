@@ -184,7 +184,7 @@ def _register() -> None:
                 status = advance(run_id)
                 if status != "running":
                     return status
-        finally:  # its slot is free (a run that waited for one is taken now)
+        finally:  # its claim no longer counts against the slots (see _Claims)
             if _claims is not None:
                 _claims.ended(DBOS.workflow_id)
 

@@ -42,13 +42,15 @@ import psycopg
 import trio
 
 from .._core.run import LiveRun
-from .._exceptions import LeaseLost, StateError, StoreUnreachable
+from .._exceptions import LeaseLost, StateError
 from .._state import RunState, Usage
 from .._stores.fence import Fence
 from ._threads import (
     StepAbandoned,
     abandon_step,
+    attempt_here,
     attempt_in_thread,
+    here,
     in_thread,
     step_fence,
     supersede_step,
@@ -225,7 +227,7 @@ class PostgresLedger:
             StepAbandoned: the database could not be reached (the current step
                 is abandoned: nothing more of it is saved).
         """
-        return await self._decision(run, decide, in_thread)
+        return await self._decision(run, decide, abandon=True)
 
     async def released(self, run: LiveRun, release: Callable[[], _T]) -> _T:
         """See :class:`~orchestra._core.run.Ledger`: tried every :data:`RETRY_S` for
@@ -237,7 +239,7 @@ class PostgresLedger:
         waited = 0.0
         while True:
             try:
-                return await self._decision(run, release, attempt_in_thread)
+                return await self._decision(run, release, abandon=False)
             except StepAbandoned:
                 if waited >= RELEASE_PATIENCE_S:
                     abandon_step()
@@ -245,20 +247,17 @@ class PostgresLedger:
             await trio.sleep(RETRY_S)
             waited += RETRY_S
 
-    async def _decision(
-        self, run: LiveRun, decide: Callable[[], _T], thread: Callable[..., Awaitable[_T]]
-    ) -> _T:
-        """``decide`` on the trio thread if the lineage's rows are free, else through
-        ``thread`` (:func:`in_thread`, or :func:`attempt_in_thread` for a
-        release: an unreachable database then leaves the step as it was)."""
+    async def _decision(self, run: LiveRun, decide: Callable[[], _T], *, abandon: bool) -> _T:
+        """``decide`` on the trio thread if the lineage's rows are free, else in a
+        worker thread. ``abandon=False`` (a release, tried again): an unreachable
+        database leaves the step as it was."""
+        on_loop = here if abandon else attempt_here
         try:
             with _superseding():
-                return self._guarded(run, decide, step_fence(), wait=False)
-        except StoreUnreachable as exc:
-            if thread is in_thread:
-                abandon_step()
-            raise StepAbandoned(str(exc)) from exc
+                decided: _T = on_loop(self._guarded, run, decide, step_fence(), False)
+                return decided
         except _Busy:
+            thread = in_thread if abandon else attempt_in_thread
             return await self._in_step(thread, self._guarded, run, decide)
 
     def _guarded(

@@ -42,6 +42,7 @@ __all__ = [
     "Step",
     "StepAbandoned",
     "abandon_step",
+    "attempt_here",
     "attempt_in_thread",
     "here",
     "hold",
@@ -175,9 +176,22 @@ def here(fn: Callable[..., _T], *args: object) -> _T:
             if any, is abandoned).
     """
     try:
+        return attempt_here(fn, *args)
+    except StepAbandoned:
+        abandon_step()
+        raise
+
+
+def attempt_here(fn: Callable[..., _T], *args: object) -> _T:
+    """As :func:`here`, but an unreachable database leaves the current step as it
+    was (the twin of :func:`attempt_in_thread`).
+
+    Raises:
+        StepAbandoned: the database could not be reached.
+    """
+    try:
         return fn(*args)
     except StoreUnreachable as exc:
-        abandon_step()
         raise StepAbandoned(str(exc)) from exc
 
 
