@@ -160,6 +160,10 @@ def _git(*args: str) -> str:
     return out.stdout.strip()
 
 
+DISTRIBUTIONS = {"orchestra": "orchestra-trees"}
+"""Where a package's distribution has another name (the one PyPI knows)."""
+
+
 def _version(package: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -186,7 +190,8 @@ def machine() -> dict[str, Any]:
         "uncommitted_changes": dirty,
         "load_average": list(os.getloadavg()),
         "versions": {
-            p: _version(p) for p in ("orchestra", "trio", "httpx", "httpcore", "h11", "tiktoken")
+            p: _version(DISTRIBUTIONS.get(p, p))
+            for p in ("orchestra", "trio", "httpx", "httpcore", "h11", "tiktoken")
         },
     }
 
