@@ -206,20 +206,41 @@ def _closed(schema: Any) -> Any:
 _ROOT = "urn:orchestra:schema"
 """The base URI of a schema that declares no ``$id``."""
 
+_PASSED: dict[str, None] = {}
+"""The schemas that passed :func:`check_schema` (by ``repr``: a tuple is not a list
+to the validator, nor 1.0 a 1, and ``repr`` tells them apart): the check depends
+on a schema's content alone (nothing is fetched), and a worker builds its agents
+again for every step it takes, so each schema is checked once per process."""
+
+PASSED_KEPT = 1024
+"""The most schemas :data:`_PASSED` remembers (then it starts again)."""
+
 
 def check_schema(schema: Mapping[str, Any], what: str) -> None:
     """Refuse a schema no run could use: one that is not JSON (a Python set inside
     it), not a valid JSON schema, or with a ``$ref`` that cannot be resolved (a
-    missing ``$defs`` entry, a remote document: nothing is fetched).
+    missing ``$defs`` entry, a remote document: nothing is fetched). A schema
+    that passed once passes at once.
 
     Raises:
         ConfigError: one line naming ``what`` (``output_type``, ``tool x``) and why.
     """
-    import jsonschema  # on first use: the command line starts without it
-
     found = problem(schema)
     if found is not None:
         raise ConfigError(f"{what}: the schema is not JSON: {found}")
+    key = repr(schema)
+    if key in _PASSED:
+        return
+    _check_json_schema(schema, what)
+    if len(_PASSED) >= PASSED_KEPT:
+        _PASSED.clear()
+    _PASSED[key] = None
+
+
+def _check_json_schema(schema: Mapping[str, Any], what: str) -> None:
+    """:func:`check_schema` of a schema that is JSON."""
+    import jsonschema  # on first use: the command line starts without it
+
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:
