@@ -603,6 +603,11 @@ class Worker:
                 self.on_declared_dead(self.executor_id)
                 return
             if dead:
+                sys.stderr.write(
+                    f"worker {self.executor_id}: declared {', '.join(dead)} dead (no heartbeat "
+                    f"for {self.dead_after_s:g} s); their workflows queued again "
+                    f"(at {time.time():.3f})\n"
+                )
                 # DBOS re-queues the dead executors' workflows in its own (blocking) calls
                 await trio.to_thread.run_sync(_dbos.recover, dead, self._store)
             if judge and time.monotonic() >= sweep_at:
@@ -665,7 +670,7 @@ class Worker:
         if gone and _dbos.recover(gone, self._store):
             sys.stderr.write(
                 f"worker {self.executor_id}: workflows held by {', '.join(gone)} (no longer "
-                "alive) queued again\n"
+                f"alive) queued again (at {time.time():.3f})\n"
             )
 
     def _wake_lost(self) -> list[str]:
@@ -681,7 +686,9 @@ class Worker:
         """Queue ``run_id`` (its attempt just moved on) for the sweep, saying why; its id."""
         assert self._queue is not None
         self._queue.enqueue_now(run_id)
-        sys.stderr.write(f"worker {self.executor_id}: run {run_id} {why}; queued again\n")
+        sys.stderr.write(
+            f"worker {self.executor_id}: run {run_id} {why}; queued again (at {time.time():.3f})\n"
+        )
         return run_id
 
     def _heartbeat(self, first: bool = False, judge: bool = True) -> list[str] | None:

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -119,14 +119,29 @@ def _drop_system_database(url: str) -> None:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def wait_until(check: Any, timeout: float, what: str) -> Any:
+def wait_until(check: Any, timeout: float, what: str, said: Callable[[], str] | None = None) -> Any:
+    """``check()`` once it is true; past ``timeout`` seconds, fail saying ``what``
+    was waited for (and ``said()``: the state of things, if given)."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
         if value:
             return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() >= deadline:
+            context = "" if said is None else f"\n{said()}"
+            raise AssertionError(f"timed out waiting for {what}{context}")
         time.sleep(0.02)
+
+
+def told(cluster: Cluster, root_id: str, pool: Workers) -> str:
+    """The tree's runs (status, turns, reason) and the tail of each worker's log:
+    what a test that timed out waiting on them says."""
+    rows = [
+        f"  {s.run_id} (parent {s.parent_id}): {s.status.value}, {s.turns} turns, {s.reason!r}"
+        for s in cluster.store.tree(root_id)
+    ]
+    logs = [f"-- {name}:\n{pool.log(name)[-1500:]}" for name in pool.procs]
+    return "\n".join(["the tree:", *rows, *logs])
 
 
 EXECUTORS = """

@@ -377,8 +377,25 @@ def _summary(
         f"chaos seed {SEED}: {len(trees)} trees, {sum(map(len, trees.values()))} runs "
         f"{dict(statuses)}; journal {dict(phases)}; workers started {chaos.spare}, "
         f"killed {len(chaos.timeline.died)}, frozen {len(chaos.timeline.frozen)}, "
-        f"exited declared dead {dead}; cancels {cancels}\n{chaos.timeline.told(chaos.pool)}"
+        f"exited declared dead {dead}; cancels {cancels}\n{chaos.timeline.told(chaos.pool)}\n"
+        f"runs (the journal's keys):\n{_runs_told(trees)}"
     )
+
+
+def _runs_told(trees: dict[str, list[Any]]) -> str:
+    """Each run's id beside its path of calls from its root (as the journal names
+    calls), and how it ended: to read a worker's log beside the journal."""
+    rows = []
+    for root, states in trees.items():
+        by_id = {s.run_id: s for s in states}
+        for state in states:
+            path, node = [], state
+            while node.parent_id is not None and node.parent_id in by_id:
+                path.append(node.parent_call_id or "?")
+                node = by_id[node.parent_id]
+            key = "/".join([root, *reversed(path)])
+            rows.append(f"  {state.run_id}: {key} {state.status.value}")
+    return "\n".join(rows)
 
 
 def _check(

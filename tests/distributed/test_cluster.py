@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import psycopg
@@ -26,6 +27,7 @@ from distributed_support import (
     finished,
     inline_runs,
     postgres_tool,
+    told,
     wait_until,
     workers,
 )
@@ -320,17 +322,19 @@ def test_a_childs_request_for_more_is_granted_once_and_continued_on_workers(
     again goes on (the runaway spends what it was granted and asks again)."""
     recipe = Recipe(directory=str(sandbox), scenario="research_runaway", child_budget=0.004)
     agent = recipe.agent(Limits(max_turns=20, max_budget_usd=0.05, on_limit="ask"))
-    with workers(pg_url, tmp_path, 2, env, inline=inline), Cluster(pg_url) as cluster:
+    with workers(pg_url, tmp_path, 2, env, inline=inline) as pool, Cluster(pg_url) as cluster:
         root = submit(cluster, agent, "Summarise.", metadata=recipe.metadata())
-        wait_until(lambda: finished(cluster, root), TREE_S, "the child's request")
+        said = partial(told, cluster, root, pool)
+        wait_until(lambda: finished(cluster, root), TREE_S, "the child's request", said)
         request = cluster.store.load(root).interruption
         assert request is not None and request.kind is InterruptionKind.BUDGET_REQUEST
         asked = cluster.store.load(request.run_id)
         grant(cluster.store, root, TopUp(usd=0.003))
         grant(cluster.store, root, TopUp(usd=0.003))  # a second click: nothing written
         resume_tree(cluster, root)
-        wait_until(lambda: cluster.store.load(request.run_id).turns > asked.turns, TREE_S, "more")
-        wait_until(lambda: finished(cluster, root), TREE_S, "the request after the grant")
+        more = lambda: cluster.store.load(request.run_id).turns > asked.turns  # noqa: E731
+        wait_until(more, TREE_S, "the child's turns after the grant", said)
+        wait_until(lambda: finished(cluster, root), TREE_S, "the request after the grant", said)
         child = cluster.store.load(request.run_id)
         spent = sum(row["cost_pico"] for row in ledger_rows(cluster, root))
     assert child.limits.max_budget_usd == pytest.approx(asked.limits.max_budget_usd + 0.003)
