@@ -82,7 +82,7 @@ class DatabaseAway(Exception):
     """A step was abandoned because the database could not be reached (DBOS retries it)."""
 
 
-_serving: tuple[Callable[[str], Awaitable[str]], trio.lowlevel.TrioToken] | None = None
+_serving: tuple[Callable[[str, int | None], Awaitable[str]], trio.lowlevel.TrioToken] | None = None
 """The trio function this process's steps call, and the loop it runs in."""
 _claims: _Claims | None = None
 _dispatcher: Dispatcher | None = None
@@ -92,6 +92,12 @@ _dispatcher: Dispatcher | None = None
 def workflow_id(run_id: str, attempt: int) -> str:
     """The workflow id of ``run_id``'s ``attempt`` (0 for its first)."""
     return f"{run_id}.{attempt}"
+
+
+def attempt_of(workflow: str | None) -> int | None:
+    """The attempt a workflow id names (see :func:`workflow_id`); None if it names none."""
+    _, _, attempt = (workflow or "").rpartition(".")
+    return int(attempt) if attempt.isdigit() else None
 
 
 def system_url(database: str) -> str:
@@ -168,10 +174,11 @@ def _register() -> None:
         if _serving is None:
             raise RuntimeError("no orchestra worker serves steps in this process")
         fn, token = _serving
+        attempt = attempt_of(DBOS.workflow_id)
         try:
             # DBOS calls steps in its executor threads; the run's state lives on the
             # trio loop, so the step is handed there and this thread waits for it
-            return trio.from_thread.run(fn, run_id, trio_token=token)
+            return trio.from_thread.run(fn, run_id, attempt, trio_token=token)
         except BaseException as exc:  # DBOS retries Exceptions only: say which
             if _abandoned(exc):
                 raise DatabaseAway(str(exc)) from exc
@@ -189,8 +196,9 @@ def _register() -> None:
                 _claims.ended(DBOS.workflow_id)
 
 
-def serve(fn: Callable[[str], Awaitable[str]]) -> None:
-    """Make ``fn`` (on the current trio loop) the step of this process's workflows."""
+def serve(fn: Callable[[str, int | None], Awaitable[str]]) -> None:
+    """Make ``fn`` (on the current trio loop) the step of this process's workflows:
+    ``fn(run_id, attempt)``, the attempt the workflow was queued for."""
     global _serving
     _serving = (fn, trio.lowlevel.current_trio_token())
 

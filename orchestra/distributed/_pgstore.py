@@ -36,7 +36,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
@@ -104,6 +104,15 @@ def _in_a_running_step(also: str = "") -> str:
         "EXISTS (SELECT 1 FROM runs s WHERE s.run_id = r.step_of"
         f" AND s.status = '{Status.RUNNING.value}'{also})"
     )
+
+
+class Stale(NamedTuple):
+    """A run that stopped moving (see :meth:`PostgresStore.stale_running`): its
+    attempt and its claim's epoch when it was found."""
+
+    run_id: str
+    attempt: int
+    epoch: int
 
 
 _IN_A_RUNNING_STEP = _in_a_running_step()
@@ -266,8 +275,12 @@ class PostgresStore(SQLStore):
 
     # -- executors (the distributed worker) -------------------------------
 
-    def claim(self, run_id: str, executor: str) -> tuple[RunState, Fence] | None:
-        """Make ``executor`` the worker executing ``run_id``, if the run is ``running``.
+    def claim(
+        self, run_id: str, executor: str, attempt: int | None = None
+    ) -> tuple[RunState, Fence] | None:
+        """Make ``executor`` the worker executing ``run_id``, if the run is ``running``
+        (and at ``attempt``, if given: a workflow queued for an earlier attempt,
+        which a sweep or a wake replaced, never claims the run).
 
         Each claim takes the run's next epoch: whoever claimed it before (a
         worker declared dead that wakes up, say) is fenced out of every save,
@@ -279,13 +292,15 @@ class PostgresStore(SQLStore):
         Returns:
             The run's state and the claim's fence; None when the run is not
             running, is parked (it is taken up again when its children have
-            ended), or does not exist: look at it with :meth:`load`.
+            ended), is at another attempt, or does not exist: look at it with
+            :meth:`load`.
         """
         with self._transaction(f"claim run {run_id!r} for {executor!r}") as conn:
             claimed = conn.execute(
-                "UPDATE runs SET executor = %s, epoch = epoch + 1"
-                " WHERE run_id = %s AND status = %s AND NOT parked RETURNING epoch",
-                (executor, run_id, Status.RUNNING.value),
+                "UPDATE runs SET executor = %s, epoch = epoch + 1 WHERE run_id = %s"
+                " AND status = %s AND NOT parked AND attempt = COALESCE(%s, attempt)"
+                " RETURNING epoch",
+                (executor, run_id, Status.RUNNING.value, attempt),
             ).fetchone()
             if claimed is None:
                 return None
@@ -381,30 +396,32 @@ class PostgresStore(SQLStore):
             raise RunNotFound(f"no run {run_id!r} in {self._url}")
         return int(row[0])
 
-    def requeue_if(self, run_id: str, attempt: int) -> int | None:
-        """:meth:`requeue` if ``run_id`` is running and still at ``attempt`` (of
-        several workers doing it at once, one does); the new count, or None.
-        """
-        with self._transaction(f"requeue run {run_id!r}") as conn:
+    def requeue_if(self, stale: Stale) -> int | None:
+        """:meth:`requeue` the run if it is running, still at the attempt and
+        the epoch ``stale`` saw, and not parked: of several workers doing it at
+        once, one does; and a run claimed since ``stale`` was read (its workflow
+        began meanwhile: the claim took the next epoch) is left to its
+        claimant. The new count, or None."""
+        with self._transaction(f"requeue run {stale.run_id!r}") as conn:
             row = conn.execute(
                 "UPDATE runs SET attempt = attempt + 1, executor = NULL, step_of = NULL"
-                " WHERE run_id = %s AND attempt = %s AND status = %s AND NOT parked"
-                " RETURNING attempt",
-                (run_id, attempt, Status.RUNNING.value),
+                " WHERE run_id = %s AND attempt = %s AND epoch = %s AND status = %s"
+                " AND NOT parked RETURNING attempt",
+                (stale.run_id, stale.attempt, stale.epoch, Status.RUNNING.value),
             ).fetchone()
         return None if row is None else int(row[0])
 
-    def stale_running(self, before: float) -> list[tuple[str, int]]:
+    def stale_running(self, before: float) -> list[Stale]:
         """Runs saved ``running`` and not saved since ``before``, not parked, and
         not executed inside the step of a running run (whoever steps that run
-        goes on with them): (run id, attempt)."""
+        goes on with them), in id order."""
         rows = self._read(
             "find runs that stopped moving",
-            f"SELECT run_id, attempt FROM runs r WHERE status = '{Status.RUNNING.value}'"
+            f"SELECT run_id, attempt, epoch FROM runs r WHERE status = '{Status.RUNNING.value}'"
             f" AND updated_at < %s AND NOT parked AND NOT {_IN_A_RUNNING_STEP} ORDER BY run_id",
             before,
         )
-        return [(str(run_id), int(attempt)) for run_id, attempt in rows]
+        return [Stale(str(run_id), int(attempt), int(epoch)) for run_id, attempt, epoch in rows]
 
     # -- parking: a run waiting for its children holds no worker ----------
 

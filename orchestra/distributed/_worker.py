@@ -281,8 +281,11 @@ class Worker:
 
     # -- one step ---------------------------------------------------------------
 
-    async def advance(self, run_id: str) -> str:
+    async def advance(self, run_id: str, attempt: int | None = None) -> str:
         """Execute the next step of ``run_id`` here; its status after it.
+        ``attempt``: the one the workflow was queued for (a workflow of an
+        earlier one, replaced by a sweep or a wake, ends :data:`SUPERSEDED`
+        without touching the run).
 
         Steps of several runs of one tree may execute here at once: a database
         outage abandons the step that met it, never another (see
@@ -308,7 +311,7 @@ class Worker:
             self._steps.add(step)
             try:
                 with step.scope:
-                    status = await self._step(run_id)
+                    status = await self._step(run_id, attempt)
             except StepAbandoned:
                 if not step.saved:
                     raise
@@ -327,11 +330,13 @@ class Worker:
             )
         return status
 
-    async def _step(self, run_id: str) -> str:
-        taken = await in_thread(self._take, run_id)
-        if taken is None:  # stopped (maybe in the database), or parked
+    async def _step(self, run_id: str, attempt: int | None) -> str:
+        taken = await in_thread(self._take, run_id, attempt)
+        if taken is None:  # stopped (maybe in the database), parked, or queued again
             saved: RunState = await in_thread(self._store.load, run_id)
             if saved.status is Status.RUNNING:
+                if attempt is not None and await in_thread(self._store.attempt, run_id) != attempt:
+                    return SUPERSEDED  # the run's current workflow executes it
                 return PARKED
             # this step's earlier try may have stopped the run and then met an
             # outage (or its worker died) before the tree's costs were set
@@ -372,10 +377,12 @@ class Worker:
         await self._reconcile_after(stopped)
         await self._wake_parent(stopped)
 
-    def _take(self, run_id: str) -> tuple[tuple[RunState, Fence], dict[str, str]] | None:
+    def _take(
+        self, run_id: str, attempt: int | None
+    ) -> tuple[tuple[RunState, Fence], dict[str, str]] | None:
         """Claim ``run_id`` (its state and fence) and read its tree's cancel requests;
-        None if it is not running (blocking: one thread hop for both)."""
-        claimed = self._store.claim(run_id, self.executor_id)
+        None if it is not running at ``attempt`` (blocking: one thread hop for both)."""
+        claimed = self._store.claim(run_id, self.executor_id, attempt)
         if claimed is None:
             return None
         return claimed, self._store.cancels_of([claimed[0].root_id])
@@ -648,13 +655,13 @@ class Worker:
         runs = self._store.stale_running(time.time() - self.dead_after_s)
         if not runs:
             return moved
-        unfinished = self._queue.unfinished([_dbos.workflow_id(run_id, n) for run_id, n in runs])
+        unfinished = self._queue.unfinished([_dbos.workflow_id(s.run_id, s.attempt) for s in runs])
         self._recover_orphans({holder for holder in unfinished.values() if holder is not None})
-        for run_id, attempt in runs:
-            if _dbos.workflow_id(run_id, attempt) in unfinished:
+        for stale in runs:
+            if _dbos.workflow_id(stale.run_id, stale.attempt) in unfinished:
                 continue
-            if self._store.requeue_if(run_id, attempt) is not None:
-                moved.append(self._queued_again(run_id, "was left running with no workflow"))
+            if self._store.requeue_if(stale) is not None:
+                moved.append(self._queued_again(stale.run_id, "was left running with no workflow"))
         return moved
 
     def _recover_orphans(self, holders: set[str]) -> None:

@@ -52,13 +52,30 @@ def test_the_sweep_leaves_an_inline_child_to_its_running_parent(store: PostgresS
     _inline_family(store)
     later = time.time() + 10
     # the parent's workflow covers both: only the parent can be found stale
-    assert store.stale_running(later) == [("p", 0)]
+    assert [(s.run_id, s.attempt) for s in store.stale_running(later)] == [("p", 0)]
     parent = store.load("p")
     parent.status = Status.COMPLETED  # it ended without its child (a crash in between)
     store.save(parent)
-    assert store.stale_running(later) == [("c", 0)]  # an orphan: taken up on its own
-    assert store.requeue_if("c", 0) == 1
+    (orphan,) = store.stale_running(later)  # an orphan: taken up on its own
+    assert (orphan.run_id, orphan.attempt) == ("c", 0)
+    assert store.requeue_if(orphan) == 1
     assert store.step_of("c") is None  # queued now: it steps on its own
+
+
+def test_the_sweep_leaves_a_run_claimed_after_it_was_found_stale(store: PostgresStore) -> None:
+    """A worker's sweep finds a run left running with no workflow; before it
+    queues it again, another worker's workflow of that run begins and claims it
+    (a parent taken up after its worker died queued its orphaned child, say).
+    The sweep's requeue is refused: it would take the run from a worker
+    executing it, and a second workflow would execute it at the same time."""
+    _inline_family(store)
+    parent = store.load("p")
+    parent.status = Status.COMPLETED
+    store.save(parent)
+    (orphan,) = store.stale_running(time.time() + 10)
+    assert store.claim("c", "w1") is not None  # its workflow began elsewhere
+    assert store.requeue_if(orphan) is None
+    assert store.attempt("c") == 0
 
 
 def test_a_cancel_stops_an_inline_child_with_its_unclaimed_parent(

@@ -91,7 +91,8 @@ def test_a_stop_or_a_requeue_unparks(store: PostgresStore) -> None:
     _family(store, "c2")
     claimed = store.claim("p", "w1")
     assert claimed is not None and store.park("p", claimed[1])
-    assert store.stale_running(time.time() + 10) == [("c2", 0)]  # a parked run is not stale
+    stale = store.stale_running(time.time() + 10)
+    assert [(s.run_id, s.attempt) for s in stale] == [("c2", 0)]  # a parked run is not stale
     store.requeue("p")
     assert not store.parked("p")
 

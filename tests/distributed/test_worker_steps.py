@@ -374,3 +374,27 @@ async def test_an_outage_after_a_completed_step_leaves_the_rest_to_the_next_dbos
     done = store.load(root.run_id)
     assert (done.turns, len(looks), len(provider.requests)) == (2, 2, 2)
     assert ledger.spent(root.run_id).model_calls == 2 == done.own.model_calls
+
+
+async def test_a_workflow_queued_for_an_earlier_attempt_never_claims_the_run(
+    store: PostgresStore, ledger: PostgresLedger
+) -> None:
+    """A run queued again (a sweep found it stopped moving, a wake, a resume) has a
+    new workflow; one of its earlier attempt that begins late (it was claimed
+    from the queue just before) ends without claiming the run: it never takes
+    the run from the worker executing it for the new one."""
+    root, _ = _tree(store, ledger)
+    store.requeue(root.run_id)  # now at attempt 1
+    worker = _worker(store, ledger, root, FakeProvider(DONE))
+    with store.transaction() as conn:
+        before = conn.execute(
+            "SELECT executor, epoch FROM runs WHERE run_id = %s", (root.run_id,)
+        ).fetchone()
+    assert await worker.advance(root.run_id, 0) == "superseded"
+    with store.transaction() as conn:
+        after = conn.execute(
+            "SELECT executor, epoch FROM runs WHERE run_id = %s", (root.run_id,)
+        ).fetchone()
+    assert after == before  # not claimed
+    assert store.load(root.run_id).turns == 0
+    assert await worker.advance(root.run_id, 1) == "completed"  # its current workflow
