@@ -610,10 +610,9 @@ class Worker:
                 self.on_declared_dead(self.executor_id)
                 return
             if dead:
-                sys.stderr.write(
-                    f"worker {self.executor_id}: declared {', '.join(dead)} dead (no heartbeat "
-                    f"for {self.dead_after_s:g} s); their workflows queued again "
-                    f"(at {time.time():.3f})\n"
+                self._tell(
+                    f"declared {', '.join(dead)} dead (no heartbeat for {self.dead_after_s:g} s); "
+                    "their workflows queued again"
                 )
                 # DBOS re-queues the dead executors' workflows in its own (blocking) calls
                 await trio.to_thread.run_sync(_dbos.recover, dead, self._store)
@@ -675,10 +674,7 @@ class Worker:
             alive = {row[0] for row in conn.execute("SELECT executor FROM workers")}
         gone = sorted(holders - alive)
         if gone and _dbos.recover(gone, self._store):
-            sys.stderr.write(
-                f"worker {self.executor_id}: workflows held by {', '.join(gone)} (no longer "
-                f"alive) queued again (at {time.time():.3f})\n"
-            )
+            self._tell(f"workflows held by {', '.join(gone)} (no longer alive) queued again")
 
     def _wake_lost(self) -> list[str]:
         """Queue again the parked runs whose children all ended but whose wake
@@ -693,10 +689,13 @@ class Worker:
         """Queue ``run_id`` (its attempt just moved on) for the sweep, saying why; its id."""
         assert self._queue is not None
         self._queue.enqueue_now(run_id)
-        sys.stderr.write(
-            f"worker {self.executor_id}: run {run_id} {why}; queued again (at {time.time():.3f})\n"
-        )
+        self._tell(f"run {run_id} {why}; queued again")
         return run_id
+
+    def _tell(self, what: str) -> None:
+        """One line of what this worker did to others' runs, and when (wall clock:
+        to be read beside theirs)."""
+        sys.stderr.write(f"worker {self.executor_id}: {what} (at {time.time():.3f})\n")
 
     def _heartbeat(self, first: bool = False, judge: bool = True) -> list[str] | None:
         """Beat; if ``judge``, claim the workers dead since (their rows go); their
