@@ -130,10 +130,6 @@ _INSERT_SPEND = """
         completion_tokens, cost_pico, lost, executor, recorded_at)
     VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 """
-_INSERT_SPEND_ONCE = (
-    _INSERT_SPEND + " ON CONFLICT (run_id, turn) WHERE NOT lost DO NOTHING RETURNING seq"
-)
-"""A call's charge, unless its turn has one already (then nothing is written)."""
 
 
 def _ledger_complete(conn: Any) -> bool:
@@ -149,7 +145,7 @@ def _ledger_complete(conn: Any) -> bool:
 class _Transactions(Protocol):
     """What the ledger needs of its store: transactions, and fences checked in them."""
 
-    def transaction(self, *, pipelined: bool = False) -> Any: ...
+    def transaction(self, *, batched: bool = False) -> Any: ...
 
     def check_fence(self, fence: Fence) -> None: ...
 
@@ -330,25 +326,25 @@ class PostgresLedger:
 
     def _spend(self, conn: Any, state: RunState, spent: Usage, *, lost: bool) -> None:
         """One spend row; a turn charged before (rare: see :data:`_LOSE_EARLIER_CHARGE`)
-        has its earlier row made a lost call's first. The usual charge is one
-        statement: the insert itself finds the earlier row (the unique index)."""
-        row = (
-            state.run_id,
-            state.root_id,
-            state.turns + 1,
-            spent.model_calls,
-            spent.prompt_tokens,
-            spent.completion_tokens,
-            spent.cost_pico,
-            lost,
-            self.executor,
-            time.time(),
-        )
-        if lost:
-            conn.execute(_INSERT_SPEND, row)
-        elif conn.execute(_INSERT_SPEND_ONCE, row).fetchone() is None:  # charged before
+        has its earlier row made a lost call's first. Both statements go with
+        the decision's other writes: nothing is read back."""
+        if not lost:
             conn.execute(_LOSE_EARLIER_CHARGE, (state.run_id, state.turns + 1))
-            conn.execute(_INSERT_SPEND, row)
+        conn.execute(
+            _INSERT_SPEND,
+            (
+                state.run_id,
+                state.root_id,
+                state.turns + 1,
+                spent.model_calls,
+                spent.prompt_tokens,
+                spent.completion_tokens,
+                spent.cost_pico,
+                lost,
+                self.executor,
+                time.time(),
+            ),
+        )
 
     async def settle_lost(self, run: LiveRun) -> Usage | None:
         """Charge a hold left by a call whose outcome was never recorded (its
@@ -382,9 +378,9 @@ class PostgresLedger:
 
     @contextlib.contextmanager
     def _fenced(self, fence: Fence | None) -> Iterator[Any]:
-        """One transaction, whose writes are fenced by ``fence`` (if given); pipelined
-        (writes and the commit share a round trip)."""
-        with self.store.transaction(pipelined=True) as conn:
+        """One transaction, whose writes are fenced by ``fence`` (if given); batched
+        (the fence's check goes with the first read, the writes with the commit)."""
+        with self.store.transaction(batched=True) as conn:
             if fence is not None:
                 self.store.check_fence(fence)
             yield conn

@@ -11,7 +11,10 @@ Store schema versions (of the tables, not of the run states inside them):
    and the ledger's rows by tree (a root's reconcile), so neither reads the
    finished runs;
 6. runs record the run whose step executes them (``step_of``: a child run
-   executed inline, inside its parent's step, holding no workflow of its own).
+   executed inline, inside its parent's step, holding no workflow of its own);
+7. the function ``orchestra_fence``: a fence checked by the server, so a
+   batched write sends its check with its writes (see
+   :meth:`PostgresStore._check_fence`).
 
 A database of an older version is migrated in place (each step from its
 version on, in one transaction under the caller's lock); a newer or unknown
@@ -25,9 +28,9 @@ from typing import Any
 from .._exceptions import StateError
 from .._state import Status
 
-__all__ = ["PG_SCHEMA_VERSION", "create_or_migrate"]
+__all__ = ["FENCE_SQLSTATE", "PG_SCHEMA_VERSION", "create_or_migrate"]
 
-PG_SCHEMA_VERSION = 6
+PG_SCHEMA_VERSION = 7
 """Version of the tables' layout (not of the run states inside them)."""
 
 # Ids compare byte by byte ("C"), as in SQLite: the same order everywhere, and
@@ -62,6 +65,39 @@ parameter: a generic plan cannot prove a parameter matches the predicate."""
 _STEP_OF = 'ALTER TABLE runs ADD COLUMN IF NOT EXISTS step_of TEXT COLLATE "C"'
 """A child executed inside its parent's step (see :class:`~._host.Inline`) names
 the run whose claim covers it; NULL for a run that steps on its own."""
+
+FENCE_SQLSTATE = "OR001"
+"""The error ``orchestra_fence`` raises; its detail is JSON: the fence checked
+(``scope``, ``key``, ``holder``, ``epoch``) and what the database has
+(``found``: ``[holder, epoch]``, null if nobody holds it)."""
+
+_FENCE_FUNCTION = f"""CREATE OR REPLACE FUNCTION orchestra_fence(
+    p_scope TEXT, p_key TEXT, p_holder TEXT, p_epoch BIGINT
+) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    found_holder TEXT;
+    found_epoch BIGINT;
+BEGIN
+    IF p_scope = 'claim' THEN
+        SELECT executor, epoch INTO found_holder, found_epoch
+        FROM runs WHERE run_id = p_key FOR SHARE;
+    ELSE
+        SELECT NULLIF(owner, ''), epoch INTO found_holder, found_epoch
+        FROM leases WHERE root_id = p_key FOR SHARE;
+    END IF;
+    IF found_epoch IS NULL OR found_holder IS DISTINCT FROM p_holder
+            OR found_epoch <> p_epoch THEN
+        RAISE EXCEPTION 'orchestra fence lost' USING ERRCODE = '{FENCE_SQLSTATE}',
+            DETAIL = json_build_object(
+                'scope', p_scope, 'key', p_key, 'holder', p_holder, 'epoch', p_epoch,
+                'found', CASE WHEN found_holder IS NULL THEN NULL
+                    ELSE json_build_array(found_holder, found_epoch) END)::text;
+    END IF;
+END $$"""
+"""Raise :data:`FENCE_SQLSTATE` unless the holder and epoch of the lease or claim
+named are the ones given; the row read stays share-locked until the commit
+(a takeover, which updates it, waits for the fenced write, or the check waits
+for the takeover and then fails), as the store's client-side check."""
 
 _TABLES = (
     """CREATE TABLE runs (
@@ -114,6 +150,7 @@ _TABLES = (
         epoch BIGINT NOT NULL DEFAULT 0
     )""",
     _LIVE_TEXT_TABLE,
+    _FENCE_FUNCTION,
     "CREATE TABLE orchestra_schema (version INTEGER NOT NULL)",
 )
 
@@ -135,6 +172,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         END $$""",
     ),
     5: (_STEP_OF,),
+    6: (_FENCE_FUNCTION,),
 }
 """The statements that take a database from each version to the next."""
 

@@ -46,6 +46,7 @@ from psycopg.rows import TupleRow
 
 from .._exceptions import (
     ConfigError,
+    LeaseLost,
     RunNotFound,
     StateError,
     StoreError,
@@ -53,11 +54,12 @@ from .._exceptions import (
 )
 from .._state import Interruption, InterruptionKind, RunState, Status, Usage
 from .._stores import shared
-from .._stores.fence import Fence
+from .._stores.fence import Fence, fence_lost
 from .._stores.sql import Connection as SQLConnection
 from .._stores.sql import SQLStore
 from .._stores.transcripts import head_json, joined
-from ._pgschema import PG_SCHEMA_VERSION, create_or_migrate
+from ._pgbatch import Batch
+from ._pgschema import FENCE_SQLSTATE, PG_SCHEMA_VERSION, create_or_migrate
 
 _R = TypeVar("_R")
 
@@ -83,9 +85,9 @@ _END_STALLED = """
         AND state_change < clock_timestamp() - make_interval(secs => %s)
 """
 """End our sessions stalled inside a transaction for longer than the given seconds:
-idle in it, or inside a pipeline (``active``, waiting for its client: a process
-frozen between a pipelined read and the rest of its transaction, which no
-server timeout ends)."""
+idle in it (a process frozen between a batched transaction's read and its
+writes), or ``active`` and waiting for its client (frozen in the middle of
+sending a statement, which no server timeout ends)."""
 
 Connection = psycopg.Connection[TupleRow]
 
@@ -253,10 +255,24 @@ class PostgresStore(SQLStore):
             # Inside a caller's transaction: one read in it, no savepoint (two round
             # trips fewer). A refusal raises LeaseLost, which rolls the caller's
             # whole transaction back: nothing is left to undo in part.
-            self._check_fence(self._local.conn, fence)
+            self._check_fence(getattr(self._local, "batch", None) or self._local.conn, fence)
             return
         with self._transaction(f"check the {fence.describe()}") as conn:
             self._check_fence(conn, fence)
+
+    def _check_fence(self, conn: Any, fence: Fence) -> None:
+        """As the store's check; in a batched transaction, made by the server
+        (``orchestra_fence``) and sent with the writes, not waited for: a save is
+        one round trip. A refusal aborts the transaction (nothing it
+        wrote commits) and comes out of it as :class:`LeaseLost`, at its next
+        read or at its commit, before anything after the transaction runs."""
+        if not isinstance(conn, Batch):
+            super()._check_fence(conn, fence)
+            return
+        conn.execute(
+            "SELECT orchestra_fence(%s, %s, %s, %s)",
+            (fence.scope, fence.key, fence.holder, fence.epoch),
+        )
 
     # -- cancel requests --------------------------------------------------
 
@@ -570,31 +586,32 @@ class PostgresStore(SQLStore):
     # -- transactions -----------------------------------------------------
 
     @contextlib.contextmanager
-    def transaction(self, *, pipelined: bool = False) -> Iterator[Connection]:
+    def transaction(self, *, batched: bool = False) -> Iterator[Any]:
         """This thread's connection, in a transaction for the ``with`` block.
 
         Committed when the block ends, rolled back if it raises; psycopg
         errors come out as :class:`StoreError`. For SQL of other modules (a
         budget ledger) next to the store's tables. The store's own methods
-        called inside the block join it (each in a savepoint), so they commit
-        or roll back with it.
+        called inside the block join it, so they commit or roll back with it
+        (each in a savepoint, unless the transaction is batched).
 
-        ``pipelined``: the block's statements go in psycopg's pipeline mode, so
-        ``BEGIN``, the writes whose results nobody reads and ``COMMIT`` share
-        round trips (a fetch waits for what was sent before it). A statement's
-        ``rowcount`` is not known until then: read it with ``RETURNING`` and a
-        fetch instead. Its errors are raised at the next fetch or at the commit.
+        ``batched``: the block gets a :class:`~._pgbatch.Batch` in place of the
+        connection: its statements are sent together, with the next read of
+        rows or with the commit (see :mod:`._pgbatch`). A statement's
+        ``rowcount`` is not known: read it with ``RETURNING`` instead. Its
+        errors are raised at the next read or at the commit.
         """
-        with self._transaction("run a transaction", pipelined=pipelined) as conn:
+        with self._transaction("run a transaction", batched=batched) as conn:
             yield conn
 
     @contextlib.contextmanager
-    def _transaction(self, doing: str, *, pipelined: bool = False) -> Iterator[Connection]:
-        """One transaction on this thread's connection (a savepoint if one is open).
+    def _transaction(self, doing: str, *, batched: bool = False) -> Iterator[Any]:
+        """One transaction on this thread's connection (a savepoint if one is open;
+        inside a batched one, a part of it).
 
         Callbacks given to :meth:`_on_commit` inside it run once the outermost
         transaction has committed; those of a block that failed are dropped.
-        ``pipelined``: see :meth:`transaction` (an outermost transaction only).
+        ``batched``: see :meth:`transaction` (an outermost transaction only).
         """
         local = self._local
         depth: int = getattr(local, "depth", 0)
@@ -605,8 +622,8 @@ class PostgresStore(SQLStore):
             conn = self._connection()
             local.depth = depth + 1
             try:
-                with _pipeline(conn, pipelined and depth == 0), conn.transaction():
-                    yield conn
+                with self._block(conn, batched=batched and depth == 0) as block:
+                    yield block
             except BaseException:
                 del local.after_commit[mark:]
                 raise
@@ -617,11 +634,32 @@ class PostgresStore(SQLStore):
             for callback in callbacks:
                 callback()
 
-    def _write(self, doing: str) -> contextlib.AbstractContextManager[Connection]:
-        """One write transaction (a savepoint inside a caller's :meth:`transaction`),
-        pipelined: a save is one round trip after its fence's read, not one per
-        statement."""
-        return self._transaction(doing, pipelined=True)
+    @contextlib.contextmanager
+    def _block(self, conn: Connection, *, batched: bool) -> Iterator[Any]:
+        """What a transaction's block writes with: the open batch (inside a batched
+        transaction), a new one, or ``conn`` in a transaction (or savepoint)."""
+        joined: Batch | None = getattr(self._local, "batch", None)
+        if joined is not None:
+            yield joined
+            return
+        if not batched:
+            with conn.transaction():
+                yield conn
+            return
+        batch = self._local.batch = Batch(conn)
+        try:
+            yield batch
+            batch.commit()
+        except BaseException:
+            _roll_back(batch, conn)
+            raise
+        finally:
+            self._local.batch = None
+
+    def _write(self, doing: str) -> contextlib.AbstractContextManager[Any]:
+        """One write transaction (a part of a caller's :meth:`transaction`), batched:
+        a save is one round trip."""
+        return self._transaction(doing, batched=True)
 
     def _on_commit(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once the transaction open on this thread commits."""
@@ -632,7 +670,8 @@ class PostgresStore(SQLStore):
 
         def read() -> list[TupleRow]:
             with self._transaction(doing) as conn:
-                return conn.execute(sql.replace("?", "%s"), params).fetchall()
+                rows: list[TupleRow] = conn.execute(sql.replace("?", "%s"), params).fetchall()
+            return rows
 
         return self._reading(read)
 
@@ -641,6 +680,8 @@ class PostgresStore(SQLStore):
         try:
             yield
         except psycopg.Error as exc:
+            if exc.sqlstate == FENCE_SQLSTATE:
+                raise _refused(exc) from None
             text = " ".join(str(exc).split())
             conn = getattr(self._local, "conn", None)
             if conn is None or conn.closed:
@@ -704,7 +745,7 @@ class PostgresStore(SQLStore):
         return conn.execute(sql, params).fetchall()
 
     def _connect(self) -> Connection:
-        options: dict[str, Any] = {"autocommit": False}
+        options: dict[str, Any] = {"autocommit": True}  # transactions are explicit
         given = conninfo_to_dict(self._dsn)
         if "connect_timeout" not in given:
             options["connect_timeout"] = CONNECT_TIMEOUT_S
@@ -737,6 +778,14 @@ def _where(url: str, shown: str) -> str:
     port = info.get("port") or 5432
     database = info.get("dbname") or info.get("user") or ""
     return f"{host}:{port}/{database}"
+
+
+def _refused(exc: psycopg.Error) -> LeaseLost:
+    """The :class:`LeaseLost` of a fence that ``orchestra_fence`` refused."""
+    said = orjson.loads(exc.diag.message_detail or "{}")
+    fence = Fence(scope=said["scope"], key=said["key"], holder=said["holder"], epoch=said["epoch"])
+    found = said["found"]
+    return fence_lost(fence, None if found is None else (found[0], int(found[1])))
 
 
 def _one(cursor: psycopg.Cursor[TupleRow]) -> TupleRow:
@@ -789,6 +838,10 @@ def _stop(state: RunState, reason: str, now: float) -> None:
     state.updated_at = now
 
 
-def _pipeline(conn: Connection, on: bool) -> contextlib.AbstractContextManager[Any]:
-    """``conn``'s pipeline mode for the block if ``on``."""
-    return conn.pipeline() if on else contextlib.nullcontext()
+def _roll_back(batch: Batch, conn: Connection) -> None:
+    """End ``batch``'s transaction after a failure; a connection that cannot is
+    closed (the next use of the store makes a new one)."""
+    try:
+        batch.rollback()
+    except psycopg.Error:
+        conn.close()

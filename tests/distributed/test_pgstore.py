@@ -977,19 +977,20 @@ def test_claim_waits_for_a_stop_in_progress_and_then_finds_the_run_stopped(
     assert store.load("root").status is Status.INTERRUPTED
 
 
-def test_a_stop_does_not_wait_for_a_holder_frozen_inside_a_pipeline(pg_url: str) -> None:
-    """A worker frozen after the fence read of a pipelined transaction (a save, a
-    budget decision) holds the run's row with its session ``active``, waiting for
-    it: no server timeout ends that. A cancel's stop ends it too (the chaos test
-    hung on one for 240 s)."""
+def test_a_stop_does_not_wait_for_a_holder_frozen_inside_a_batch(pg_url: str) -> None:
+    """A worker frozen between the read of a batched transaction (a budget
+    decision: its fence's check and the lineage's rows) and its writes holds
+    the run's row, share-locked. A cancel's stop ends that session instead of
+    waiting for it (the chaos test once hung on such a holder for 240 s)."""
     bounded = f"{pg_url}?options=-c%20statement_timeout%3D20000"  # fails, never hangs
     with PostgresStore(pg_url) as frozen, PostgresStore(bounded) as canceller:
         frozen.save(make_state("root"))
         claimed = frozen.claim("root", "w1")
         assert claimed is not None
-        opened = frozen.transaction(pipelined=True)
-        opened.__enter__()
-        frozen.check_fence(claimed[1])  # read, row share-locked; then the worker froze
+        opened = frozen.transaction(batched=True)
+        batch = opened.__enter__()
+        frozen.check_fence(claimed[1])
+        assert batch.execute("SELECT 1").fetchone() == (1,)  # sent; then the worker froze
         began = time.monotonic()
         assert canceller.stop_running("root", "stop") == ["root"]
         assert time.monotonic() - began < 1.5  # as for an idle holder, below
