@@ -82,7 +82,7 @@ class Batch:
 
     def _send(self, statements: list[str]) -> None:
         self._waiting = []
-        self._cursor.execute(";\n".join(statements))
+        self._cursor.execute(";\n".join(statements), prepare=False)
 
 
 class Pending:
