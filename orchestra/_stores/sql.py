@@ -105,6 +105,11 @@ class SQLStore:
         "lease": "SELECT owner, epoch FROM leases WHERE root_id = ?",
     }
     """Where each kind of fence's holder and epoch are kept (a kind missing: never granted)."""
+    FENCE_CHECK: ClassVar[str | None] = None
+    """A statement that checks a fence in the database itself, raising if it is not
+    current, given ``(scope, key, holder, epoch)``; its result is never read, so
+    it can go with the writes it guards. None: the fence's row is read
+    (:attr:`SQL_FENCES`) and checked here."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -541,6 +546,9 @@ class SQLStore:
         lease is itself a transaction on its row, so once another process has
         taken it, this check fails.
         """
+        if self.FENCE_CHECK is not None:
+            conn.execute(self.FENCE_CHECK, (fence.scope, fence.key, fence.holder, fence.epoch))
+            return
         sql = self.SQL_FENCES.get(fence.scope)
         row = None if sql is None else conn.execute(sql, (fence.key,)).fetchone()
         fences.check(fence, None if row is None else (row[0] or None, int(row[1])))

@@ -80,6 +80,14 @@ class Batch:
             self._waiting = []
             self._send(["ROLLBACK"])
 
+    def abandon(self) -> None:
+        """:meth:`rollback` after a failure; a connection that cannot is closed
+        (its store makes a new one at its next use)."""
+        try:
+            self.rollback()
+        except psycopg.Error:
+            self._cursor.connection.close()
+
     def _send(self, statements: list[str]) -> None:
         self._waiting = []
         self._cursor.execute(";\n".join(statements), prepare=False)

@@ -14,7 +14,7 @@ Store schema versions (of the tables, not of the run states inside them):
    executed inline, inside its parent's step, holding no workflow of its own);
 7. the function ``orchestra_fence``: a fence checked by the server, so a
    batched write sends its check with its writes (see
-   :meth:`PostgresStore._check_fence`).
+   :attr:`PostgresStore.FENCE_CHECK`).
 
 A database of an older version is migrated in place (each step from its
 version on, in one transaction under the caller's lock); a newer or unknown
@@ -25,10 +25,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._exceptions import StateError
-from .._state import Status
+import orjson
+import psycopg
 
-__all__ = ["FENCE_SQLSTATE", "PG_SCHEMA_VERSION", "create_or_migrate"]
+from .._exceptions import LeaseLost, StateError
+from .._state import Status
+from .._stores.fence import Fence, fence_lost
+
+__all__ = ["FENCE_SQLSTATE", "PG_SCHEMA_VERSION", "create_or_migrate", "refusal"]
 
 PG_SCHEMA_VERSION = 7
 """Version of the tables' layout (not of the run states inside them)."""
@@ -98,6 +102,16 @@ END $$"""
 named are the ones given; the row read stays share-locked until the commit
 (a takeover, which updates it, waits for the fenced write, or the check waits
 for the takeover and then fails), as the store's client-side check."""
+
+
+def refusal(exc: psycopg.Error) -> LeaseLost:
+    """The :class:`LeaseLost` of a fence that ``orchestra_fence`` refused (``exc``:
+    its :data:`FENCE_SQLSTATE` error), worded as the store's own check words it."""
+    said = orjson.loads(exc.diag.message_detail or "{}")
+    fence = Fence(scope=said["scope"], key=said["key"], holder=said["holder"], epoch=said["epoch"])
+    found = said["found"]
+    return fence_lost(fence, None if found is None else (found[0], int(found[1])))
+
 
 _TABLES = (
     """CREATE TABLE runs (

@@ -36,8 +36,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, NamedTuple, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, NamedTuple, TypeVar
 
 import orjson
 import psycopg
@@ -45,8 +44,6 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
 from .._exceptions import (
-    ConfigError,
-    LeaseLost,
     RunNotFound,
     StateError,
     StoreError,
@@ -54,12 +51,13 @@ from .._exceptions import (
 )
 from .._state import Interruption, InterruptionKind, RunState, Status, Usage
 from .._stores import shared
-from .._stores.fence import Fence, fence_lost
+from .._stores.fence import Fence
 from .._stores.sql import Connection as SQLConnection
 from .._stores.sql import SQLStore
 from .._stores.transcripts import head_json, joined
 from ._pgbatch import Batch
-from ._pgschema import FENCE_SQLSTATE, PG_SCHEMA_VERSION, create_or_migrate
+from ._pgschema import FENCE_SQLSTATE, PG_SCHEMA_VERSION, create_or_migrate, refusal
+from ._pgurl import redacted, where
 
 _R = TypeVar("_R")
 
@@ -132,17 +130,6 @@ _LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 """Wait for (then hold until the transaction ends) the advisory lock named by a string."""
 
 
-def redacted(url: str) -> str:
-    """``url`` with its password (in the user part or the query) replaced by ``***``."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    userinfo, at, hosts = netloc.rpartition("@")
-    if at and ":" in userinfo:
-        netloc = f"{userinfo.partition(':')[0]}:***@{hosts}"
-    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
-
-
 class PostgresStore(SQLStore):
     """Run states, events, cancel requests, leases and executors in a PostgreSQL database.
 
@@ -171,19 +158,16 @@ class PostgresStore(SQLStore):
     another writer's longer transcript) is overwritten instead of failing the save."""
     SQL_LEASE = "SELECT owner, expires_at FROM leases WHERE root_id = %s FOR UPDATE"
     """Locked: a taking waits for a renewal in progress (and the other way round)."""
-    SQL_FENCES: ClassVar[dict[str, str]] = {
-        "lease": "SELECT owner, epoch FROM leases WHERE root_id = %s FOR SHARE",
-        "claim": "SELECT executor, epoch FROM runs WHERE run_id = %s FOR SHARE",
-    }
-    """Read ``FOR SHARE``: a process taking the lease or the run over (which updates
-    the row) waits for the fenced write to commit, or the write's read waits for
-    the takeover and then sees the new holder and epoch."""
+    FENCE_CHECK = "SELECT orchestra_fence(%s, %s, %s, %s)"
+    """The server checks a fence (see :mod:`._pgschema`): in a batched transaction
+    the check goes with the writes (a save is one round trip); a refusal aborts
+    the transaction and comes out of it as :class:`LeaseLost`."""
 
     def __init__(self, url: str) -> None:
         super().__init__()
         self._dsn = url
         self._url = redacted(url)
-        self._where = _where(url, self._url)
+        self._where = where(url, self._url)
         self._lock = threading.Lock()
         self._local = threading.local()
         self._conns: dict[threading.Thread, Connection] = {}
@@ -259,20 +243,6 @@ class PostgresStore(SQLStore):
             return
         with self._transaction(f"check the {fence.describe()}") as conn:
             self._check_fence(conn, fence)
-
-    def _check_fence(self, conn: Any, fence: Fence) -> None:
-        """As the store's check; in a batched transaction, made by the server
-        (``orchestra_fence``) and sent with the writes, not waited for: a save is
-        one round trip. A refusal aborts the transaction (nothing it
-        wrote commits) and comes out of it as :class:`LeaseLost`, at its next
-        read or at its commit, before anything after the transaction runs."""
-        if not isinstance(conn, Batch):
-            super()._check_fence(conn, fence)
-            return
-        conn.execute(
-            "SELECT orchestra_fence(%s, %s, %s, %s)",
-            (fence.scope, fence.key, fence.holder, fence.epoch),
-        )
 
     # -- cancel requests --------------------------------------------------
 
@@ -651,7 +621,7 @@ class PostgresStore(SQLStore):
             yield batch
             batch.commit()
         except BaseException:
-            _roll_back(batch, conn)
+            batch.abandon()
             raise
         finally:
             self._local.batch = None
@@ -681,7 +651,7 @@ class PostgresStore(SQLStore):
             yield
         except psycopg.Error as exc:
             if exc.sqlstate == FENCE_SQLSTATE:
-                raise _refused(exc) from None
+                raise refusal(exc) from None
             text = " ".join(str(exc).split())
             conn = getattr(self._local, "conn", None)
             if conn is None or conn.closed:
@@ -765,29 +735,6 @@ class PostgresStore(SQLStore):
             create_or_migrate(conn, self._url)
 
 
-def _where(url: str, shown: str) -> str:
-    """``host:port/database`` of a PostgreSQL URL; :class:`ConfigError` if it is not one."""
-    if urlsplit(url).scheme not in ("postgresql", "postgres"):
-        raise ConfigError(f"a PostgreSQL store needs a postgresql:// URL, got {shown!r}")
-    try:
-        urlsplit(url).port  # noqa: B018 - a port that is not a number raises ValueError
-        info = conninfo_to_dict(url)
-    except (ValueError, psycopg.Error) as exc:
-        raise ConfigError(f"not a valid PostgreSQL URL: {shown!r}") from exc
-    host = info.get("host") or info.get("hostaddr") or "localhost"
-    port = info.get("port") or 5432
-    database = info.get("dbname") or info.get("user") or ""
-    return f"{host}:{port}/{database}"
-
-
-def _refused(exc: psycopg.Error) -> LeaseLost:
-    """The :class:`LeaseLost` of a fence that ``orchestra_fence`` refused."""
-    said = orjson.loads(exc.diag.message_detail or "{}")
-    fence = Fence(scope=said["scope"], key=said["key"], holder=said["holder"], epoch=said["epoch"])
-    found = said["found"]
-    return fence_lost(fence, None if found is None else (found[0], int(found[1])))
-
-
 def _one(cursor: psycopg.Cursor[TupleRow]) -> TupleRow:
     row = cursor.fetchone()
     if row is None:  # pragma: no cover - the statements always return one row
@@ -836,12 +783,3 @@ def _stop(state: RunState, reason: str, now: float) -> None:
     state.reason = reason
     state.interruption = Interruption(kind=InterruptionKind.CANCELLED, reason=reason)
     state.updated_at = now
-
-
-def _roll_back(batch: Batch, conn: Connection) -> None:
-    """End ``batch``'s transaction after a failure; a connection that cannot is
-    closed (the next use of the store makes a new one)."""
-    try:
-        batch.rollback()
-    except psycopg.Error:
-        conn.close()
