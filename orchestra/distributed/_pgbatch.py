@@ -37,12 +37,14 @@ class Batch:
     def __init__(self, conn: psycopg.Connection[TupleRow]) -> None:
         self._cursor = psycopg.ClientCursor(conn)
         self._waiting: list[str] = []
+        self._kept = 0  # statements kept so far: a Pending's number
         self._begun = False
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> Pending:
         """Keep ``sql`` (bound to ``params``) for the next round trip."""
         self._waiting.append(self._cursor.mogrify(sql, params))
-        return Pending(self, len(self._waiting))
+        self._kept += 1
+        return Pending(self, self._kept)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> None:
         """:meth:`execute` once per row."""
@@ -54,10 +56,15 @@ class Batch:
         return self
 
     def rows(self, pending: Pending) -> list[TupleRow]:
-        """The rows of ``pending``, the last statement kept: sent now, after
-        ``BEGIN`` if nothing was sent before (the transaction stays open)."""
-        if pending.index != len(self._waiting):
-            raise RuntimeError("a batched statement's rows are read before the next is kept")
+        """The rows of ``pending``, the last statement kept and not sent yet: sent
+        now, after ``BEGIN`` if nothing was sent before (the transaction stays open).
+
+        Raises:
+            RuntimeError: ``pending`` is not that statement (its rows were read
+                already, or another statement was kept after it).
+        """
+        if pending.index != self._kept or not self._waiting:
+            raise RuntimeError("a batched statement's rows are read once, before the next is kept")
         statements = self._waiting if self._begun else ["BEGIN", *self._waiting]
         self._begun = True  # before sending: a statement failing leaves it to roll back
         self._send(statements)

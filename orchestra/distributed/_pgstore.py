@@ -236,9 +236,10 @@ class PostgresStore(SQLStore):
         :meth:`transaction` it is part of it: the write after it in the same
         transaction is fenced (the row stays share-locked until the commit)."""
         if getattr(self._local, "depth", 0):
-            # Inside a caller's transaction: one read in it, no savepoint (two round
-            # trips fewer). A refusal raises LeaseLost, which rolls the caller's
-            # whole transaction back: nothing is left to undo in part.
+            # Inside a caller's transaction: one statement in it (kept in its batch,
+            # if it is batched), no savepoint (two round trips fewer). A refusal
+            # raises LeaseLost, which rolls the caller's whole transaction back:
+            # nothing is left to undo in part.
             self._check_fence(getattr(self._local, "batch", None) or self._local.conn, fence)
             return
         with self._transaction(f"check the {fence.describe()}") as conn:

@@ -164,3 +164,16 @@ def test_a_version_6_database_gets_the_fence_function(store: PostgresStore) -> N
         with pytest.raises(LeaseLost, match="'w1' lost the claim"):
             opened.save(make_state("late"), fence=claimed[1])
     assert query(url, "SELECT version FROM orchestra_schema") == [(PG_SCHEMA_VERSION,)]
+
+
+def test_rows_are_read_once_and_only_for_the_last_statement(store: PostgresStore) -> None:
+    store.save(make_state())
+    with store.transaction(batched=True) as batch:
+        first = batch.execute("SELECT 1")
+        assert first.fetchone() == (1,)
+        with pytest.raises(RuntimeError, match="read once"):
+            first.fetchone()  # sent already
+        second = batch.execute("SELECT 2")
+        with pytest.raises(RuntimeError, match="read once"):
+            first.fetchall()  # another statement was kept after it
+        assert second.fetchall() == [(2,)]
